@@ -1,0 +1,384 @@
+"""llama.cpp through llama-cpp-python's low-level API.  The only module that
+imports `llama_cpp`.
+
+One `Model` is one GGUF file with one context and one sequence.  It tracks
+the tokens held in its KV cache (`tokens`), so callers can reuse a cached
+prefix and roll back rejected positions.  Logits are read only for the rows
+asked for, copied into numpy: no `logits_all`, no n_ctx x n_vocab array.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+import llama_cpp
+
+from .errors import SpecError
+
+_GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    n_ctx: int = 4096
+    n_threads: int = 0          # 0 = every core
+    gpu_layers: int = 0         # -1 = all
+    n_batch: int = 512
+    # llama.cpp's CPU weight repacking speeds up large batches but rounds
+    # batches of 4+ tokens differently from single tokens; off by default so
+    # verification batches stay bitwise equal to one-token decoding longer.
+    repack: bool = False
+
+
+# -- logging: llama.cpp talks a lot on stderr; keep errors only -------------
+
+def _log(level: int, text: bytes, _user) -> None:
+    if level == 4 or os.environ.get("SPEC_CLI_DEBUG"):  # 4 = GGML_LOG_LEVEL_ERROR
+        sys.stderr.write(text.decode("utf-8", "replace"))
+
+
+_LOG_CB = llama_cpp.llama_log_callback(_log)  # keep a reference: C holds it
+llama_cpp.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
+llama_cpp.llama_backend_init()
+
+
+def check_gguf(path: Path) -> None:
+    """Fail clearly on a missing or non-GGUF file before llama.cpp sees it."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise SpecError(f"cannot read model file {path}: {e.strerror}") from e
+    if magic != _GGUF_MAGIC:
+        raise SpecError(f"{path} is not a GGUF file",
+                        hint="spec-cli runs llama.cpp GGUF models; convert or download a .gguf.")
+
+
+class Model:
+    """A loaded GGUF with its context, batch and KV-cache bookkeeping."""
+
+    def __init__(self, path: str | Path, cfg: LoadConfig = LoadConfig()):
+        self.path = Path(path)
+        self._cfg = cfg
+        check_gguf(self.path)
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = cfg.gpu_layers if cfg.gpu_layers >= 0 else 1_000_000
+        mparams.use_extra_bufts = cfg.repack
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise SpecError(f"llama.cpp could not load {self.path}",
+                            hint="The file may be truncated or of an architecture this "
+                                 "llama.cpp build does not know; set SPEC_CLI_DEBUG=1 to see why.")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
+
+        threads = cfg.n_threads or os.cpu_count() or 1
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = cfg.n_ctx
+        cparams.n_batch = cfg.n_batch
+        cparams.n_ubatch = cfg.n_batch
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+            raise SpecError(f"llama.cpp could not create a context of {cfg.n_ctx} tokens "
+                            f"for {self.path.name}",
+                            hint="Try a smaller --ctx, or fewer GPU layers.")
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_batch = cfg.n_batch
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._piece = ctypes.create_string_buffer(256)
+        self.tokens: list[int] = []  # what the KV cache holds, position by position
+        self._exact_batch: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- tokens ------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int, *, special: bool = False) -> bytes:
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece, len(self._piece), 0, special)
+        if n < 0:
+            big = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, big, -n, 0, special)
+            return big.raw[:n]
+        return self._piece.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        return b"".join(self.piece(t, special=special) for t in tokens).decode("utf-8", "replace")
+
+    def token_text(self, token: int) -> str:
+        return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    @property
+    def bos(self) -> int:
+        return llama_cpp.llama_vocab_bos(self._vocab)
+
+    @property
+    def eos(self) -> int:
+        return llama_cpp.llama_vocab_eos(self._vocab)
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+
+    def special_tokens(self) -> dict[str, int]:
+        """BOS/EOS/EOT and FIM ids (-1 where the model has none)."""
+        v = self._vocab
+        return {
+            "bos": llama_cpp.llama_vocab_bos(v), "eos": llama_cpp.llama_vocab_eos(v),
+            "eot": llama_cpp.llama_vocab_eot(v),
+            "fim_pre": llama_cpp.llama_vocab_fim_pre(v), "fim_suf": llama_cpp.llama_vocab_fim_suf(v),
+            "fim_mid": llama_cpp.llama_vocab_fim_mid(v), "fim_pad": llama_cpp.llama_vocab_fim_pad(v),
+        }
+
+    # -- metadata ----------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def chat_template(self) -> str | None:
+        return self.meta("tokenizer.chat_template")
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
+        """Render `messages` with the GGUF's own chat template (sandboxed
+        Jinja, as llama-cpp-python renders it), ready for the reply."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = self.chat_template()
+        if not template:
+            raise SpecError(f"{self.path.name} has no chat template in its metadata",
+                            hint="Use --raw to send the prompt as plain text.")
+        fmt = Jinja2ChatFormatter(template=template, eos_token=self.token_text(self.eos),
+                                  bos_token=self.token_text(self.bos))
+        return fmt(messages=messages).prompt
+
+    def tokenize_chat(self, rendered: str) -> list[int]:
+        """Tokens of a rendered chat prompt: special tokens parsed, and BOS
+        added only if the model wants one and the template did not write it."""
+        tokens = self.tokenize(rendered, add_special=False, parse_special=True)
+        if self.add_bos and self.bos >= 0 and (not tokens or tokens[0] != self.bos):
+            tokens.insert(0, self.bos)
+        return tokens
+
+    def vocab_difference(self, other: "Model") -> str | None:
+        """Why `other` cannot draft for this model, or None if it can.
+
+        Same rules as llama.cpp's speculative example: vocabulary type,
+        BOS/EOS, sizes within 128 tokens of padding, and the same text for
+        every token id both have.
+        """
+        if llama_cpp.llama_vocab_type(self._vocab) != llama_cpp.llama_vocab_type(other._vocab):
+            return "the tokenizer types differ"
+        if abs(self.n_vocab - other.n_vocab) > 128:
+            return f"the vocabulary sizes differ ({self.n_vocab} vs {other.n_vocab} tokens)"
+        for what in ("bos", "eos"):
+            a, b = getattr(self, what), getattr(other, what)
+            if a != b:
+                return f"the {what.upper()} tokens differ ({a} vs {b})"
+        for i in range(min(self.n_vocab, other.n_vocab)):
+            a, b = self.token_text(i), other.token_text(i)
+            if a != b:
+                return f"token {i} is {a!r} in one and {b!r} in the other"
+        return None
+
+    @property
+    def n_params(self) -> int:
+        return int(llama_cpp.llama_model_n_params(self._model))
+
+    @property
+    def size_bytes(self) -> int:
+        return int(llama_cpp.llama_model_size(self._model))
+
+    # -- decoding ----------------------------------------------------------
+    def decode(self, tokens: Sequence[int], *, logits_from: int | None = None) -> np.ndarray | None:
+        """Append `tokens` to the KV cache at positions len(self.tokens)...
+
+        Returns float32 logits of shape (len(tokens) - logits_from, n_vocab)
+        for the rows from index `logits_from` on, or None when
+        `logits_from` is None.  Long inputs go in chunks of n_batch.
+        """
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("decode needs at least one token")
+        if len(self.tokens) + n > self.n_ctx:
+            raise ContextFull(len(self.tokens) + n, self.n_ctx)
+        out = None
+        for start in range(0, n, self.n_batch):
+            chunk = tokens[start:start + self.n_batch]
+            first = None if logits_from is None else max(logits_from - start, 0)
+            if first is not None and first >= len(chunk):
+                first = None
+            rows = self._decode_chunk(chunk, first)
+            if rows is not None:
+                out = rows if out is None else np.concatenate([out, rows])
+        return out
+
+    def _decode_chunk(self, chunk: Sequence[int], first: int | None) -> np.ndarray | None:
+        b = self._batch
+        pos0 = len(self.tokens)
+        m = len(chunk)
+        b.n_tokens = m
+        for i, t in enumerate(chunk):
+            b.token[i] = t
+            b.pos[i] = pos0 + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = first is not None and i >= first
+        rc = llama_cpp.llama_decode(self._ctx, b)
+        if rc != 0:
+            raise SpecError(f"llama_decode failed with code {rc} for {self.path.name}",
+                            hint="The context may be full; try a larger --ctx.")
+        self.tokens.extend(chunk)
+        if first is None:
+            return None
+        n_rows = m - first
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_rows * self.n_vocab,)).reshape(n_rows, self.n_vocab).copy()
+
+    def fingerprint(self) -> str:
+        """Identifies this file, build and placement, for caching probes."""
+        st = self.path.stat()
+        return (f"{self.path.resolve()}|{st.st_size}|{int(st.st_mtime)}|"
+                f"{llama_cpp.__version__}|gpu={self._cfg.gpu_layers}|repack={self._cfg.repack}")
+
+    def exact_batch(self, limit: int = 16, *, known: int | None = None) -> int:
+        """The largest batch whose logits are bitwise those of one-token
+        decodes, on this build, backend and model (measured once).
+
+        llama.cpp picks matmul kernels by batch size; past some size the
+        kernels round differently and a near-tie can flip the argmax.  The
+        engine keeps verification batches within this size, so greedy output
+        is token-for-token what the target alone writes.  `known` takes a
+        value measured earlier for the same fingerprint().
+        """
+        if known is not None:
+            self._exact_batch = known
+        if self._exact_batch is None:
+            saved = list(self.tokens)
+            probe = [t for t in self.tokenize("def f(x):\n    return x * 2 + 1  # a probe", add_special=False)]
+            probe = (probe * (limit // max(len(probe), 1) + 2))[:limit + 2]
+            self.reset()
+            self.decode(probe[:2])
+            singles = np.stack([self.decode([t], logits_from=0)[0] for t in probe[2:]])
+            best = 1
+            for n in range(2, limit + 1):
+                self.truncate(2)
+                rows = self.decode(probe[2:2 + n], logits_from=0)
+                if not np.array_equal(rows, singles[:n]):
+                    break
+                best = n
+            self._exact_batch = best
+            self.reset()
+            if saved:
+                self.decode(saved)
+        return self._exact_batch
+
+    def truncate(self, n: int) -> None:
+        """Drop KV entries from position n on."""
+        if n < len(self.tokens):
+            llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
+            del self.tokens[n:]
+
+    def reset(self) -> None:
+        llama_cpp.llama_memory_clear(self._mem, True)
+        self.tokens.clear()
+
+    def sync(self, tokens: Sequence[int]) -> np.ndarray:
+        """Make the KV cache hold exactly `tokens` and return the logits of
+        the last one, evaluating only what is not cached yet."""
+        keep = common_prefix(self.tokens, tokens)
+        keep = min(keep, len(tokens) - 1)  # the last token must be evaluated for its logits
+        self.truncate(keep)
+        rows = self.decode(list(tokens[keep:]), logits_from=len(tokens) - keep - 1)
+        return rows[0]
+
+
+class ContextFull(SpecError):
+    def __init__(self, need: int, n_ctx: int):
+        super().__init__(f"the context is full ({need} tokens needed, {n_ctx} available)",
+                         hint="Use a larger --ctx, or a shorter prompt.")
+        self.need, self.n_ctx = need, n_ctx
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Detokenizer:
+    """Incremental detokenizer: emits only complete UTF-8 characters."""
+
+    def __init__(self, model: Model):
+        self._model = model
+        self._pending = b""
+
+    def add(self, token: int) -> str:
+        self._pending += self._model.piece(token)
+        try:
+            text = self._pending.decode("utf-8")
+            self._pending = b""
+            return text
+        except UnicodeDecodeError as e:
+            if e.reason == "unexpected end of data":  # an incomplete tail: wait for more
+                text = self._pending[:e.start].decode("utf-8", "replace")
+                self._pending = self._pending[e.start:]
+                return text
+            text = self._pending.decode("utf-8", "replace")
+            self._pending = b""
+            return text
+
+    def flush(self) -> str:
+        text = self._pending.decode("utf-8", "replace")
+        self._pending = b""
+        return text

@@ -1,0 +1,162 @@
+"""The speculative loop.  Never prints; yields one frozen `Step` per target
+batch.
+
+Each step:
+  1. the proposer drafts up to k tokens after the context;
+  2. the target scores [last context token, draft...] in one batch: k+1 rows;
+  3. `verify` keeps the longest valid prefix and draws the next token;
+  4. the target's KV cache is cut back past the accepted tokens (the next
+     token is fed with the next batch);
+  5. end-of-generation tokens, stop strings, max tokens and a full context
+     end the loop with a finish reason.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .backend import Detokenizer, Model, common_prefix
+from .errors import SpecError
+from .proposers import EMPTY, Proposer
+from .sampling import SamplingConfig, probs as to_probs
+from .verify import verify
+
+
+@dataclass(frozen=True)
+class GenConfig:
+    sampling: SamplingConfig = SamplingConfig()
+    max_tokens: int = 256
+    draft_max: int = 8
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One target batch.
+
+    tokens: the ids this step added to the output, in order.
+    from_draft: for each of `tokens`, True if the draft proposed it and the
+        target accepted it; the last token of a step is the target's own.
+    text: the text this step adds (stop strings cut, partial UTF-8 held back).
+    drafted / accepted: draft tokens proposed / accepted in this step.
+    draft_s / verify_s: seconds spent drafting / in the target batch and rule.
+    prefill_tokens / prefill_s: prompt tokens evaluated before the first step
+        (0 on later steps; a reused KV cache makes it small).
+    finish_reason: None while going on; else "stop" (end-of-generation token
+        or stop string), "length" (max tokens) or "context" (context full).
+    """
+
+    tokens: tuple[int, ...]
+    from_draft: tuple[bool, ...]
+    text: str
+    drafted: int
+    accepted: int
+    draft_s: float
+    verify_s: float
+    prefill_tokens: int = 0
+    prefill_s: float = 0.0
+    finish_reason: str | None = None
+
+
+class StopMatcher:
+    """Holds back text that may be the start of a stop string."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = [s for s in stops if s]
+        self._buf = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        self._buf += text
+        for s in self.stops:
+            i = self._buf.find(s)
+            if i >= 0:
+                out, self._buf = self._buf[:i], ""
+                return out, True
+        hold = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(self._buf)), 0, -1):
+                if self._buf.endswith(s[:n]):
+                    hold = max(hold, n)
+                    break
+        out = self._buf[:len(self._buf) - hold]
+        self._buf = self._buf[len(self._buf) - hold:]
+        return out, False
+
+    def flush(self) -> str:
+        out, self._buf = self._buf, ""
+        return out
+
+
+def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
+             cfg: GenConfig = GenConfig()) -> Iterator[Step]:
+    """Generate after `prompt` (token ids), one Step per target batch."""
+    prompt = list(prompt)
+    if not prompt:
+        raise SpecError("the prompt is empty")
+    if len(prompt) >= target.n_ctx:
+        raise SpecError(f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}",
+                        hint="Use a larger --ctx (the model was trained for "
+                             f"{target.n_ctx_train}), or a shorter prompt.")
+    rng = np.random.default_rng(cfg.seed)
+    detok = Detokenizer(target)
+    stops = StopMatcher(cfg.stop)
+
+    # prefill everything but the last prompt token, reusing the cached prefix
+    t0 = time.perf_counter()
+    keep = common_prefix(target.tokens, prompt[:-1])
+    target.truncate(keep)
+    if len(prompt) - 1 > keep:
+        target.decode(prompt[keep:-1])
+    prefill = (len(prompt) - 1 - keep, time.perf_counter() - t0)
+
+    # keep target batches where their logits are bitwise one-token logits
+    draft_max = min(cfg.draft_max, target.exact_batch() - 1)
+    context = prompt
+    produced = 0
+    while True:
+        remaining = cfg.max_tokens - produced
+        k = max(0, min(draft_max, remaining - 1, target.n_ctx - len(context)))
+        prop = proposer.propose(context, k) if k > 0 else EMPTY
+        draft = prop.tokens[:k]
+
+        t1 = time.perf_counter()
+        logits = target.decode([context[-1], *draft], logits_from=0)
+        q = to_probs(logits, cfg.sampling)
+        p = None if prop.probs is None else prop.probs[:len(draft)]
+        n_acc, nxt = verify(draft, p, q, rng)
+        target.truncate(len(context) + n_acc)
+        verify_s = time.perf_counter() - t1
+
+        new = [*draft[:n_acc], nxt]
+        origin = [True] * n_acc + [False]
+        finish = None
+        for i, t in enumerate(new):
+            if target.is_eog(t):
+                new, origin, finish = new[:i], origin[:i], "stop"
+                break
+        if len(new) >= remaining:
+            new, origin = new[:remaining], origin[:remaining]
+            finish = finish or "length"
+        context = context + new
+        produced += len(new)
+
+        text, hit = stops.feed("".join(detok.add(t) for t in new))
+        if hit:
+            finish = "stop"
+        elif finish is None and len(context) >= target.n_ctx:
+            finish = "context"
+        if finish is not None and not hit:
+            text += stops.feed(detok.flush())[0] + stops.flush()
+
+        yield Step(tokens=tuple(new), from_draft=tuple(origin), text=text,
+                   drafted=len(draft), accepted=n_acc, draft_s=prop.seconds,
+                   verify_s=verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
+                   finish_reason=finish)
+        prefill = (0, 0.0)
+        if finish is not None:
+            return

@@ -1,0 +1,165 @@
+"""Load a target (and draft), build the proposer, turn text into tokens.
+
+The glue between the CLI and the engine: every command goes through here,
+so model loading, pair checks and prompt formatting happen one way.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .backend import LoadConfig, Model
+from .errors import SpecError
+from .proposers import DraftModel, NGram, NoDraft, Proposer
+from .sampling import SamplingConfig
+
+PROPOSERS = ("draft", "ngram", "none")
+
+
+@dataclass(frozen=True)
+class PairConfig:
+    target: str
+    draft: str | None = None
+    proposer: str = "draft"
+    ctx: int = 4096
+    threads: int = 0
+    gpu_layers: int = 0
+    draft_gpu_layers: int = 0
+    p_min: float = 0.0
+
+
+@dataclass
+class Pair:
+    target: Model
+    draft: Model | None
+    config: PairConfig
+
+    def proposer(self, sampling: SamplingConfig, seed: int) -> Proposer:
+        name = self.config.proposer
+        if name == "none":
+            return NoDraft()
+        if name == "ngram":
+            return NGram()
+        assert self.draft is not None
+        return DraftModel(self.draft, sampling, np.random.default_rng([seed, 1]),
+                          p_min=self.config.p_min)
+
+    def close(self) -> None:
+        if self.draft is not None:
+            self.draft.close()
+        self.target.close()
+
+
+def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int], None]] | None = None) -> Pair:
+    """Resolve names (downloading what is missing), load, check the pair."""
+    from .download import resolve
+    from .registry import load_registry
+
+    if cfg.proposer not in PROPOSERS:
+        raise SpecError(f"unknown proposer {cfg.proposer!r}",
+                        hint=f"Choose one of: {', '.join(PROPOSERS)}.")
+    registry = load_registry()
+    draft_arg = cfg.draft
+    if cfg.proposer == "draft" and draft_arg is None:
+        draft_arg = _suggested_draft(cfg.target, registry)
+    target_path = resolve(cfg.target, registry=registry,
+                          progress=progress(cfg.target) if progress else None)
+    draft_path = None
+    if cfg.proposer == "draft":
+        draft_path = resolve(draft_arg, registry=registry,
+                             progress=progress(draft_arg) if progress else None)
+    target = Model(target_path, LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads,
+                                           gpu_layers=cfg.gpu_layers))
+    draft = None
+    if draft_path is not None:
+        try:
+            draft = Model(draft_path, LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads,
+                                                 gpu_layers=cfg.draft_gpu_layers))
+            why = target.vocab_difference(draft)
+        except BaseException:
+            target.close()
+            raise
+        if why is not None:
+            target.close()
+            draft.close()
+            raise SpecError(
+                f"{draft_arg} cannot draft for {cfg.target}: {why}",
+                hint=_fitting_drafts_hint(cfg.target, registry))
+    _probe_exact_batch(target)
+    return Pair(target, draft, cfg)
+
+
+def _probe_exact_batch(model: Model) -> None:
+    """Measure (or recall) the model's exact batch size at load time, so the
+    first generation is not charged for it."""
+    import json
+
+    from .registry import cache_dir
+
+    path = cache_dir() / "exact_batch.json"
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    key = model.fingerprint()
+    if isinstance(known.get(key), int):
+        model.exact_batch(known=known[key])
+        return
+    known[key] = model.exact_batch()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(known, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache only costs the probe next time
+
+
+def _suggested_draft(target: str, registry) -> str:
+    from .download import is_path, split_quant
+
+    if not is_path(target):
+        entry = registry.lookup(split_quant(target)[0])
+        if entry.draft:
+            return entry.draft
+    raise SpecError(f"no draft model given for {target}, and the registry suggests none",
+                    hint="Pass --draft NAME|PATH, or use --proposer ngram (no draft model needed).")
+
+
+def _fitting_drafts_hint(target: str, registry) -> str:
+    from .download import is_path, split_quant
+
+    if not is_path(target):
+        try:
+            entry = registry.lookup(split_quant(target)[0])
+        except SpecError:
+            entry = None
+        if entry is not None:
+            same = [e.name for e in registry.entries.values()
+                    if e.family == entry.family and e.name != entry.name]
+            if entry.draft:
+                return f"The registry's draft for {entry.name} is {entry.draft}."
+            if same:
+                return f"Models of the same family: {', '.join(same)}."
+    return "A draft must share the target's tokenizer: use a smaller model of the same family."
+
+
+def prompt_tokens(target: Model, text: str, *, raw: bool, system: str | None = None) -> list[int]:
+    """Raw text (BOS added as the model wants), or a user turn in the GGUF's
+    own chat template."""
+    if raw:
+        tokens = target.tokenize(text, add_special=True, parse_special=False)
+        if not tokens:
+            raise SpecError("the prompt is empty")
+        return tokens
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": text}]
+    return target.tokenize_chat(target.apply_chat_template(messages))
+
+
+def new_seed() -> int:
+    return secrets.randbits(31)

@@ -1,0 +1,73 @@
+"""Running statistics over engine steps: a pure accumulator, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Stats:
+    steps: int = 0
+    drafting_steps: int = 0
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    prefill_s: float = 0.0
+    wall_s: float = 0.0
+    # per_position[i] = [times a draft reached position i, times it was accepted]
+    per_position: list[list[int]] = field(default_factory=list)
+
+    def add(self, *, n_tokens: int, drafted: int, accepted: int,
+            draft_s: float, verify_s: float) -> None:
+        self.steps += 1
+        self.drafting_steps += drafted > 0
+        self.tokens += n_tokens
+        self.drafted += drafted
+        self.accepted += accepted
+        self.draft_s += draft_s
+        self.verify_s += verify_s
+        while len(self.per_position) < drafted:
+            self.per_position.append([0, 0])
+        for i in range(drafted):
+            self.per_position[i][0] += 1
+            if i < accepted:
+                self.per_position[i][1] += 1
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Mean draft tokens accepted per step, over the steps that drafted."""
+        return self.accepted / self.drafting_steps if self.drafting_steps else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.tokens / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    def position_rates(self) -> list[float]:
+        return [a / n if n else 0.0 for n, a in self.per_position]
+
+    def as_dict(self) -> dict:
+        return {
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": round(self.acceptance_rate, 4),
+            "mean_accepted": round(self.mean_accepted, 4),
+            "tokens_per_step": round(self.tokens_per_step, 4),
+            "tokens_per_s": round(self.tokens_per_s, 3),
+            "per_position": [round(r, 4) for r in self.position_rates()],
+            "prefill_s": round(self.prefill_s, 4),
+            "draft_s": round(self.draft_s, 4),
+            "verify_s": round(self.verify_s, 4),
+            "wall_s": round(self.wall_s, 4),
+        }

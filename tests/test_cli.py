@@ -1,0 +1,118 @@
+"""The real `spec-cli` command, run as a user runs it (subprocess)."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+ANSI = re.compile(r"\x1b\[")
+SMALL = ["--target", "smollm2-135m", "--ctx", "1024"]
+
+
+def spec(*args, input=None, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "spec_cli", *args], input=input,
+                          capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def assert_clean_error(res, *needles):
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr, res.stderr
+    for n in needles:
+        assert n in res.stderr, res.stderr
+
+
+def test_help_lists_generate_and_imports_nothing_heavy():
+    res = spec("--help")
+    assert res.returncode == 0 and "generate" in res.stdout
+    probe = subprocess.run([sys.executable, "-c", "import sys, spec_cli.cli; "
+                            "print(sorted(m for m in ('llama_cpp', 'numpy', 'huggingface_hub') if m in sys.modules))"],
+                           capture_output=True, text=True)
+    assert probe.stdout.strip() == "[]", probe.stdout + probe.stderr
+
+
+def test_piped_output_is_only_text(smollm_path, spec_env):
+    res = spec("generate", *SMALL, "--proposer", "ngram", "--raw", "-n", "24", "def add(a, b):", env=spec_env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() and not ANSI.search(res.stdout)
+    assert "tok/s" in res.stderr and "tok/s" not in res.stdout
+    as_json = spec("generate", *SMALL, "--proposer", "ngram", "--raw", "-n", "24", "--json",
+                   "def add(a, b):", env=spec_env)
+    assert json.loads(as_json.stdout)["text"].rstrip("\n") == res.stdout.rstrip("\n")
+
+
+def test_json_object(smollm_path, spec_env):
+    res = spec("generate", *SMALL, "--draft", "smollm2-135m", "--json", "-n", "16", "--seed", "3",
+               "--temp", "0.7", "Name three colours.", env=spec_env)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert set(out) >= {"text", "tokens", "finish_reason", "stats"}
+    assert out["finish_reason"] in ("stop", "length") and len(out["tokens"]) <= 16
+    assert set(out["stats"]) >= {"steps", "drafted", "accepted", "acceptance_rate", "mean_accepted",
+                                 "tokens_per_s", "draft_s", "verify_s"}
+    again = json.loads(spec("generate", *SMALL, "--draft", "smollm2-135m", "--json", "-n", "16",
+                            "--seed", "3", "--temp", "0.7", "Name three colours.", env=spec_env).stdout)
+    assert again["tokens"] == out["tokens"]  # same seed, same output
+
+
+def test_prompt_from_stdin(smollm_path, spec_env):
+    res = spec("generate", *SMALL, "--proposer", "none", "--raw", "-n", "8", "--json",
+               input="The sky is", env=spec_env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["tokens"]
+
+
+def test_missing_model_file(spec_env, tmp_path):
+    res = spec("generate", "--target", str(tmp_path / "nope.gguf"), "--proposer", "none", "hi", env=spec_env)
+    assert_clean_error(res, "not found")
+
+
+def test_not_a_gguf_file(spec_env, tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"this is not a model")
+    res = spec("generate", "--target", str(bad), "--proposer", "none", "hi", env=spec_env)
+    assert_clean_error(res, "not a GGUF file")
+
+
+def test_truncated_gguf_file(spec_env, tmp_path, smollm_path):
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(smollm_path.read_bytes()[:1_000_000])
+    res = spec("generate", "--target", str(cut), "--proposer", "none", "hi", env=spec_env)
+    assert_clean_error(res, "could not load")
+
+
+def test_incompatible_pair_is_refused(smollm_path, draft_path, spec_env):
+    res = spec("generate", *SMALL, "--draft", "qwen2.5-coder-0.5b", "hi", env=spec_env)
+    assert_clean_error(res, "cannot draft for smollm2-135m", "vocabulary")
+
+
+def test_unknown_model_suggests_names(spec_env):
+    res = spec("generate", "--target", "qwen2.5-coder-1.5", "--proposer", "none", "hi", env=spec_env)
+    assert_clean_error(res, "unknown model", "qwen2.5-coder-1.5b")
+
+
+def test_over_long_prompt(smollm_path, spec_env):
+    res = spec("generate", "--target", "smollm2-135m", "--ctx", "256", "--proposer", "none", "--raw",
+               "word " * 600, env=spec_env)
+    assert_clean_error(res, "context holds", "--ctx")
+
+
+def test_empty_stdin(spec_env):
+    res = spec("generate", "--proposer", "none", input="", env=spec_env)
+    assert_clean_error(res, "empty")
+
+
+def test_ctrl_c_keeps_text_and_exits_130(smollm_path, spec_env):
+    proc = subprocess.Popen([sys.executable, "-m", "spec_cli", "generate", *SMALL, "--proposer", "none",
+                             "--raw", "-n", "100000", "--ctx", "4096", "Once upon a time"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=spec_env)
+    first = proc.stdout.read(20)  # wait until text streams
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Traceback" not in err
+    assert "finish interrupted" in err
+    assert len(first + rest) >= 20

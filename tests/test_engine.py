@@ -1,0 +1,133 @@
+"""The loop on a real small model (SmolLM2-135M through llama.cpp)."""
+
+import numpy as np
+import pytest
+
+from spec_cli.backend import ContextFull, Detokenizer
+from spec_cli.engine import GenConfig, generate
+from spec_cli.errors import SpecError
+from spec_cli.proposers import DraftModel, NGram, NoDraft
+from spec_cli.sampling import SamplingConfig
+
+GREEDY = SamplingConfig()
+
+
+def run(model, proposer, prompt, **kw):
+    steps = list(generate(model, proposer, prompt, GenConfig(**kw)))
+    tokens = [t for s in steps for t in s.tokens]
+    return tokens, "".join(s.text for s in steps), steps
+
+
+def test_self_draft_accepts_every_greedy_token(smollm, smollm_draft, own_prompts):
+    for item in own_prompts[:3]:
+        prompt = smollm.tokenize(item["prompt"])
+        prop = DraftModel(smollm_draft, GREEDY, np.random.default_rng(0))
+        _, _, steps = run(smollm, prop, prompt, max_tokens=48, draft_max=5)
+        drafted = sum(s.drafted for s in steps)
+        assert drafted > 0
+        assert sum(s.accepted for s in steps) == drafted, item["id"]
+
+
+def test_greedy_proposers_match_the_target_alone(smollm, smollm_draft, own_prompts):
+    for item in own_prompts:
+        prompt = smollm.tokenize(item["prompt"])
+        base, base_text, _ = run(smollm, NoDraft(), prompt, max_tokens=40)
+        for prop in (NGram(), DraftModel(smollm_draft, GREEDY, np.random.default_rng(0))):
+            toks, text, _ = run(smollm, prop, prompt, max_tokens=40, draft_max=6)
+            assert toks == base, (item["id"], prop.name)
+            assert text == base_text
+
+
+def test_steps_say_which_tokens_the_draft_wrote(smollm, smollm_draft):
+    prompt = smollm.tokenize("The capital of France is")
+    prop = DraftModel(smollm_draft, GREEDY, np.random.default_rng(0))
+    _, _, steps = run(smollm, prop, prompt, max_tokens=20, draft_max=4)
+    for s in steps:
+        assert len(s.from_draft) == len(s.tokens)
+        assert sum(s.from_draft) <= s.accepted
+        if s.finish_reason is None:
+            assert s.from_draft[-1] is False  # the target's own token ends a step
+    assert steps[0].prefill_tokens > 0 and all(s.prefill_tokens == 0 for s in steps[1:])
+
+
+def test_same_seed_same_output_at_temperature(smollm, smollm_draft):
+    prompt = smollm.tokenize("Once upon a time")
+    hot = SamplingConfig(temperature=0.9, top_p=0.95)
+
+    def sample(seed):
+        prop = DraftModel(smollm_draft, hot, np.random.default_rng([seed, 1]))
+        return run(smollm, prop, prompt, max_tokens=30, seed=seed, sampling=hot)[0]
+
+    a, b, c = sample(11), sample(11), sample(12)
+    assert a == b
+    assert a != c
+
+
+def test_max_tokens_is_exact_and_reported(smollm):
+    prompt = smollm.tokenize("Count: 1, 2, 3,")
+    toks, _, steps = run(smollm, NGram(), prompt, max_tokens=7)
+    assert len(toks) == 7 and steps[-1].finish_reason == "length"
+
+
+def test_stop_string_ends_generation_and_is_cut(smollm):
+    prompt = smollm.tokenize("Count: 1, 2, 3,")
+    _, text, steps = run(smollm, NGram(), prompt, max_tokens=60, stop=(" 6",))
+    assert steps[-1].finish_reason == "stop"
+    assert " 6" not in text and "5" in text
+
+
+def test_end_of_generation_token_stops(smollm):
+    chat = smollm.tokenize_chat(smollm.apply_chat_template([{"role": "user", "content": "Say hi."}]))
+    toks, text, steps = run(smollm, NoDraft(), chat, max_tokens=200)
+    assert steps[-1].finish_reason == "stop"
+    assert not any(smollm.is_eog(t) for t in toks)
+    assert "<|im_end|>" not in text
+
+
+def test_full_context_finishes_without_crash(smollm_path):
+    from spec_cli.backend import LoadConfig, Model
+    with Model(smollm_path, LoadConfig(n_ctx=64)) as small:
+        assert small.n_ctx >= 64  # llama.cpp may round the size up
+        prompt = small.tokenize("Numbers: " + ", ".join(map(str, range(12))))
+        toks, _, steps = run(small, NGram(), prompt, max_tokens=5000)
+        assert steps[-1].finish_reason == "context"
+        assert len(prompt) + len(toks) == small.n_ctx
+
+
+def test_over_long_prompt_is_a_clear_error(smollm_path):
+    from spec_cli.backend import LoadConfig, Model
+    with Model(smollm_path, LoadConfig(n_ctx=64)) as small:
+        prompt = small.tokenize("word " * (small.n_ctx + 10))
+        with pytest.raises(SpecError, match=f"context holds {small.n_ctx}"):
+            list(generate(small, NoDraft(), prompt, GenConfig()))
+        with pytest.raises(ContextFull):
+            small.decode(prompt)
+
+
+def test_kv_cache_reuse_evaluates_only_new_tokens(smollm):
+    first = smollm.tokenize("def add(a, b):\n    return a + b\n")
+    _, _, steps = run(smollm, NoDraft(), first, max_tokens=5)
+    longer = first + smollm.tokenize("def sub(a, b):", add_special=False)
+    _, _, steps2 = run(smollm, NoDraft(), longer, max_tokens=5)
+    assert steps2[0].prefill_tokens == len(longer) - 1 - len(first) + 1 or \
+        steps2[0].prefill_tokens <= len(longer) - len(first)
+
+
+def test_detokenizer_never_emits_half_a_character(smollm):
+    text = "naïve café – 東京 🚀 done"
+    toks = smollm.tokenize(text, add_special=False)
+    detok = Detokenizer(smollm)
+    pieces = [detok.add(t) for t in toks] + [detok.flush()]
+    assert "".join(pieces) == text
+    assert all("\ufffd" not in p for p in pieces)
+
+
+def test_logits_rows_are_only_those_asked_for(smollm):
+    smollm.reset()
+    toks = smollm.tokenize("one two three four")
+    assert smollm.decode(toks[:-2]) is None
+    rows = smollm.decode(toks[-2:], logits_from=1)
+    assert rows.shape == (1, smollm.n_vocab) and rows.dtype == np.float32
+    smollm.truncate(len(toks) - 1)
+    again = smollm.decode(toks[-1:], logits_from=0)
+    assert np.array_equal(again[0], rows[0])  # rollback + re-decode gives the same row
