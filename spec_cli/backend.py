@@ -291,6 +291,9 @@ class Model:
     def _decode_chunk(self, chunk: Sequence[int], first: int | None) -> np.ndarray | None:
         b = self._batch
         pos0 = len(self.tokens)
+        # the cache holds exactly self.tokens: drop anything a decode cut
+        # short by Ctrl-C may have left behind
+        llama_cpp.llama_memory_seq_rm(self._mem, 0, pos0, -1)
         m = len(chunk)
         b.n_tokens = m
         for i, t in enumerate(chunk):

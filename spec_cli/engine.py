@@ -43,6 +43,7 @@ class Step:
     from_draft: for each of `tokens`, True if the draft proposed it and the
         target accepted it; the last token of a step is the target's own.
     text: the text this step adds (stop strings cut, partial UTF-8 held back).
+    segments: `text` split by origin: (piece, from the draft?) pairs.
     drafted / accepted: draft tokens proposed / accepted in this step.
     draft_s / verify_s: seconds spent drafting / in the target batch and rule.
     prefill_tokens / prefill_s: prompt tokens evaluated before the first step
@@ -54,6 +55,7 @@ class Step:
     tokens: tuple[int, ...]
     from_draft: tuple[bool, ...]
     text: str
+    segments: tuple[tuple[str, bool], ...]
     drafted: int
     accepted: int
     draft_s: float
@@ -145,15 +147,22 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
         context = context + new
         produced += len(new)
 
-        text, hit = stops.feed("".join(detok.add(t) for t in new))
+        segments, hit = [], False
+        for t, o in zip(new, origin):
+            piece, hit = stops.feed(detok.add(t))
+            segments.append((piece, o))
+            if hit:
+                break
         if hit:
             finish = "stop"
         elif finish is None and len(context) >= target.n_ctx:
             finish = "context"
         if finish is not None and not hit:
-            text += stops.feed(detok.flush())[0] + stops.flush()
+            segments.append((stops.feed(detok.flush())[0] + stops.flush(), False))
+        segments = tuple((p, o) for p, o in segments if p)
+        text = "".join(p for p, _ in segments)
 
-        yield Step(tokens=tuple(new), from_draft=tuple(origin), text=text,
+        yield Step(tokens=tuple(new), from_draft=tuple(origin), text=text, segments=segments,
                    drafted=len(draft), accepted=n_acc, draft_s=prop.seconds,
                    verify_s=verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
                    finish_reason=finish)

@@ -1,6 +1,11 @@
-"""Everything that goes to the terminal's stderr: progress, summaries, errors.
+"""Everything spec-cli shows on the terminal's stderr: the live view,
+progress bars, summaries, errors.  stdout is the caller's: generated text.
 
-stdout carries only generated text; this module never writes to it.
+The live view (rich, stderr, only when stderr is a terminal) shows the text
+as it is written -- tokens the draft proposed and the target accepted in
+green, the target's own tokens plain -- above a footer that updates as the
+steps come: tokens/s, acceptance, mean accepted length, current draft
+length, per-position acceptance as bars, and drafting vs verifying time.
 """
 
 from __future__ import annotations
@@ -9,35 +14,128 @@ import contextlib
 import sys
 from typing import Callable, Iterator
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
 
 from .stats import Stats
 
 err = Console(stderr=True, highlight=False)
+DRAFT_STYLE = "green"
+TARGET_STYLE = ""
+BARS = " ▁▂▃▄▅▆▇█"
 
 
-@contextlib.contextmanager
-def download_progress() -> Iterator[Callable[[str], Callable[[int, int], None]]]:
-    """Yields `make(name) -> callback(done, total)` drawing rich bars on stderr."""
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
-                               TimeRemainingColumn, TransferSpeedColumn)
+def coloured(segments) -> Text:
+    text = Text()
+    for piece, from_draft in segments:
+        text.append(piece, style=DRAFT_STYLE if from_draft else TARGET_STYLE)
+    return text
 
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
-                        TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=False)
-    tasks: dict[str, int] = {}
 
-    def make(name: str) -> Callable[[int, int], None]:
-        def update(done: int, total: int) -> None:
-            if name not in tasks:
-                tasks[name] = progress.add_task(f"fetching {name}", total=total)
-                progress.start()
-            progress.update(tasks[name], completed=done, total=total)
-        return update
+def position_bars(rates: list[float]) -> str:
+    return "".join(BARS[min(int(r * (len(BARS) - 1) + 0.5), len(BARS) - 1)] for r in rates)
 
-    try:
-        yield make
-    finally:
-        progress.stop()
+
+def footer(stats: Stats, *, last_drafted: int, proposer: str) -> Text:
+    busy = stats.draft_s + stats.verify_s
+    draft_share = stats.draft_s / busy if busy else 0.0
+    t = Text(style="dim")
+    t.append(f"{stats.tokens} tok  ", style="bold")
+    t.append(f"{stats.tokens_per_s:5.1f} tok/s  ", style="bold cyan")
+    t.append(f"{proposer}  ")
+    if stats.drafted:
+        t.append(f"accept {stats.acceptance_rate:4.0%}  mean {stats.mean_accepted:4.2f}  ")
+        t.append(f"draft len {last_drafted}  ")
+        t.append("per-pos ")
+        t.append(position_bars(stats.position_rates()) or "-", style="green")
+        t.append("  ")
+    t.append(f"time draft {draft_share:4.0%} / verify {1 - draft_share:4.0%}")
+    return t
+
+
+class LiveView:
+    """The live panel on stderr.  `show_text` puts the text being written
+    above the footer; `progress_total` adds a bar toward that many tokens."""
+
+    def __init__(self, *, proposer: str, show_text: bool = True, progress_total: int | None = None,
+                 console: Console = err):
+        self.proposer = proposer
+        self.show_text = show_text
+        self.progress_total = progress_total
+        self.console = console
+        self.segments: list[tuple[str, bool]] = []
+        self.last_drafted = 0
+        self.stats = Stats()
+        self._live = Live(console=console, refresh_per_second=8, transient=True,
+                          vertical_overflow="crop", redirect_stdout=False, redirect_stderr=False)
+
+    def __enter__(self) -> "LiveView":
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._live.__exit__(*exc)
+
+    def update(self, stats: Stats, segments, drafted: int) -> None:
+        self.stats = stats
+        self.segments.extend(segments)
+        self.last_drafted = drafted
+        self._live.update(self._render())
+
+    def _render(self):
+        parts = []
+        if self.show_text:
+            parts.append(self._tail_text(max(self.console.height - 4, 3)))
+        if self.progress_total:
+            from rich.progress_bar import ProgressBar
+            done = min(self.stats.tokens, self.progress_total)
+            grid = Table.grid(padding=(0, 1))
+            grid.add_row(ProgressBar(total=self.progress_total, completed=done, width=40),
+                         Text(f"{done}/{self.progress_total} tokens", style="dim"))
+            parts.append(grid)
+        parts.append(footer(self.stats, last_drafted=self.last_drafted, proposer=self.proposer))
+        return Group(*parts)
+
+    def _tail_text(self, lines: int) -> Text:
+        """The last `lines` lines of the text (re-rendering it all would be
+        quadratic in a long generation)."""
+        out, newlines = [], 0
+        for piece, origin in reversed(self.segments):
+            out.append((piece, origin))
+            newlines += piece.count("\n")
+            if newlines > lines:
+                break
+        text = coloured(reversed(out))
+        plain = text.plain
+        if plain.count("\n") > lines:
+            cut = len(plain)
+            for _ in range(lines + 1):
+                cut = plain.rfind("\n", 0, cut)
+            text = text[cut + 1:]
+        return text
+
+
+def summary_table(stats: Stats, *, proposer: str, finish: str | None) -> Table:
+    busy = stats.draft_s + stats.verify_s
+    gen = max(stats.wall_s - stats.prefill_s, 1e-9)
+    table = Table(title="spec-cli", title_justify="left", show_header=False, box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("tokens", f"{stats.tokens} in {stats.steps} target batches ({stats.tokens_per_step:.2f} per batch)")
+    table.add_row("speed", f"{stats.tokens_per_s:.1f} tok/s (prompt read in {stats.prefill_s:.2f}s)")
+    table.add_row("proposer", proposer)
+    if stats.drafted:
+        table.add_row("accepted", f"{stats.accepted}/{stats.drafted} draft tokens ({stats.acceptance_rate:.0%}), "
+                                  f"mean {stats.mean_accepted:.2f} per step")
+        rates = stats.position_rates()
+        table.add_row("per position", "  ".join(f"{i + 1}:{r:.0%}" for i, r in enumerate(rates))
+                      + f"  {position_bars(rates)}")
+    table.add_row("time", f"draft {stats.draft_s:.2f}s ({stats.draft_s / gen:.0%}), verify {stats.verify_s:.2f}s "
+                          f"({stats.verify_s / gen:.0%}), other {max(gen - busy, 0):.2f}s ({max(gen - busy, 0) / gen:.0%})")
+    table.add_row("finish", finish or "unknown")
+    return table
 
 
 def summary_line(stats: Stats, proposer: str, finish: str | None) -> str:
@@ -50,15 +148,47 @@ def summary_line(stats: Stats, proposer: str, finish: str | None) -> str:
     return " | ".join(parts)
 
 
+@contextlib.contextmanager
+def download_progress(enabled: bool = True) -> Iterator[Callable[[str], Callable[[int, int], None]]]:
+    """Yields `make(name) -> callback(done, total)` drawing rich bars on stderr."""
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
+                               TimeRemainingColumn, TransferSpeedColumn)
+
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
+                        TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=False,
+                        disable=not enabled)
+    tasks: dict[str, int] = {}
+
+    def make(name: str) -> Callable[[int, int], None]:
+        def update(done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = progress.add_task(f"fetching {name}", total=total or None)
+                progress.start()
+            progress.update(tasks[name], completed=done, total=total or None)
+        return update
+
+    try:
+        yield make
+    finally:
+        progress.stop()
+
+
 def error(message: str, hint: str | None = None) -> None:
-    err.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    text = Text()
+    text.append("error: ", style="bold red")
+    text.append(message)
+    err.print(text, soft_wrap=True)
     if hint:
-        err.print(hint, markup=False, soft_wrap=True)
+        err.print(Text(hint), soft_wrap=True)
 
 
 def note(message: str) -> None:
-    err.print(f"[dim]{message}[/]", soft_wrap=True)
+    err.print(Text(message, style="dim"), soft_wrap=True)
 
 
-def is_tty() -> bool:
-    return sys.stderr.isatty()
+def is_tty(stream=None) -> bool:
+    stream = stream or sys.stderr
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

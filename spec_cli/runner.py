@@ -163,3 +163,45 @@ def prompt_tokens(target: Model, text: str, *, raw: bool, system: str | None = N
 
 def new_seed() -> int:
     return secrets.randbits(31)
+
+
+@dataclass
+class Outcome:
+    stats: "Stats"
+    tokens: list[int]
+    text: str
+    finish: str | None
+    segments: list | None = None  # (text, from draft) pairs, when a view kept them
+
+
+def stream(pair: Pair, prompt: list[int], gen, *, proposer: Proposer,
+           on_step: Callable | None = None, until: Callable[[str], bool] | None = None) -> Outcome:
+    """Run the engine to the end, accumulating statistics; Ctrl-C ends the
+    generation with finish "interrupted" and keeps what was written.
+    `until(text so far)` returning True ends it with finish "stop"."""
+    import time
+
+    from .engine import generate
+    from .stats import Stats
+
+    stats, tokens, text, finish = Stats(), [], [], None
+    t0 = time.perf_counter()
+    try:
+        for step in generate(pair.target, proposer, prompt, gen):
+            stats.add(n_tokens=len(step.tokens), drafted=step.drafted, accepted=step.accepted,
+                      draft_s=step.draft_s, verify_s=step.verify_s)
+            stats.prefill_s += step.prefill_s
+            stats.prefill_tokens += step.prefill_tokens
+            stats.wall_s = time.perf_counter() - t0
+            tokens.extend(step.tokens)
+            text.append(step.text)
+            finish = step.finish_reason
+            if on_step is not None:
+                on_step(step, stats)
+            if until is not None and finish is None and until("".join(text)):
+                finish = "stop"
+                break
+    except KeyboardInterrupt:
+        finish = "interrupted"
+    stats.wall_s = time.perf_counter() - t0
+    return Outcome(stats, tokens, "".join(text), finish)

@@ -15,9 +15,21 @@ class Stats:
     draft_s: float = 0.0
     verify_s: float = 0.0
     prefill_s: float = 0.0
+    prefill_tokens: int = 0
     wall_s: float = 0.0
     # per_position[i] = [times a draft reached position i, times it was accepted]
     per_position: list[list[int]] = field(default_factory=list)
+
+    def merge(self, other: "Stats") -> None:
+        """Add another run's numbers (a chat's turns)."""
+        for name in ("steps", "drafting_steps", "tokens", "drafted", "accepted", "draft_s", "verify_s",
+                     "prefill_s", "prefill_tokens", "wall_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for i, (n, a) in enumerate(other.per_position):
+            if i == len(self.per_position):
+                self.per_position.append([0, 0])
+            self.per_position[i][0] += n
+            self.per_position[i][1] += a
 
     def add(self, *, n_tokens: int, drafted: int, accepted: int,
             draft_s: float, verify_s: float) -> None:
@@ -50,7 +62,9 @@ class Stats:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
+        """Generation speed: tokens over the time after the prompt was read."""
+        gen_s = self.wall_s - self.prefill_s
+        return self.tokens / gen_s if gen_s > 0 else 0.0
 
     def position_rates(self) -> list[float]:
         return [a / n if n else 0.0 for n, a in self.per_position]
@@ -66,6 +80,7 @@ class Stats:
             "tokens_per_step": round(self.tokens_per_step, 4),
             "tokens_per_s": round(self.tokens_per_s, 3),
             "per_position": [round(r, 4) for r in self.position_rates()],
+            "prefill_tokens": self.prefill_tokens,
             "prefill_s": round(self.prefill_s, 4),
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),

@@ -12,7 +12,7 @@ def test_stats_accumulate():
     s.add(n_tokens=4, drafted=4, accepted=3, draft_s=0.1, verify_s=0.2)
     s.add(n_tokens=1, drafted=2, accepted=0, draft_s=0.1, verify_s=0.1)
     s.add(n_tokens=1, drafted=0, accepted=0, draft_s=0.0, verify_s=0.1)
-    s.wall_s = 2.0
+    s.wall_s, s.prefill_s = 2.5, 0.5
     assert s.tokens == 6 and s.steps == 3
     assert s.acceptance_rate == pytest.approx(3 / 6)
     assert s.mean_accepted == pytest.approx(3 / 2)  # over the two steps that drafted
