@@ -102,6 +102,7 @@ class Model:
         self._piece = ctypes.create_string_buffer(256)
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         self._exact_batch: int | None = None
+        self._timings: dict[int, float] = {}
 
     # -- lifecycle ---------------------------------------------------------
     def close(self) -> None:
@@ -319,37 +320,60 @@ class Model:
         return (f"{self.path.resolve()}|{st.st_size}|{int(st.st_mtime)}|"
                 f"{llama_cpp.__version__}|gpu={self._cfg.gpu_layers}|repack={self._cfg.repack}")
 
-    def exact_batch(self, limit: int = 16, *, known: int | None = None) -> int:
+    def exact_batch(self, limit: int = 16, *, known: dict | None = None) -> int:
         """The largest batch whose logits are bitwise those of one-token
         decodes, on this build, backend and model (measured once).
 
         llama.cpp picks matmul kernels by batch size; past some size the
         kernels round differently and a near-tie can flip the argmax.  The
         engine keeps verification batches within this size, so greedy output
-        is token-for-token what the target alone writes.  `known` takes a
-        value measured earlier for the same fingerprint().
+        is token-for-token what the target alone writes.  The same probe
+        times each batch size (`batch_timings`), the cost model's prior.
+        `known` takes what `probe_result()` returned earlier for the same
+        fingerprint().
         """
         if known is not None:
-            self._exact_batch = known
+            self._exact_batch = int(known["exact_batch"])
+            self._timings = {int(n): float(s) for n, s in known["timings"].items()}
         if self._exact_batch is None:
-            saved = list(self.tokens)
-            probe = [t for t in self.tokenize("def f(x):\n    return x * 2 + 1  # a probe", add_special=False)]
-            probe = (probe * (limit // max(len(probe), 1) + 2))[:limit + 2]
-            self.reset()
-            self.decode(probe[:2])
-            singles = np.stack([self.decode([t], logits_from=0)[0] for t in probe[2:]])
-            best = 1
-            for n in range(2, limit + 1):
-                self.truncate(2)
-                rows = self.decode(probe[2:2 + n], logits_from=0)
-                if not np.array_equal(rows, singles[:n]):
-                    break
-                best = n
-            self._exact_batch = best
-            self.reset()
-            if saved:
-                self.decode(saved)
+            self._probe(limit)
         return self._exact_batch
+
+    def batch_timings(self) -> dict[int, float]:
+        """Seconds for a batch of n tokens, n = 1..16, measured at the probe."""
+        self.exact_batch()
+        return dict(self._timings)
+
+    def probe_result(self) -> dict:
+        return {"exact_batch": self.exact_batch(), "timings": self.batch_timings()}
+
+    def _probe(self, limit: int) -> None:
+        import time
+
+        saved = list(self.tokens)
+        probe = self.tokenize("def f(x):\n    return x * 2 + 1  # a probe of batch sizes", add_special=False)
+        probe = (probe * (limit // max(len(probe), 1) + 2))[:limit + 2]
+        self.reset()
+        self.decode(probe[:2])
+        singles, single_s = [], []
+        for t in probe[2:]:
+            t0 = time.perf_counter()
+            singles.append(self.decode([t], logits_from=0)[0])
+            single_s.append(time.perf_counter() - t0)
+        singles = np.stack(singles)
+        timings = {1: float(np.median(single_s))}
+        best = 1
+        for n in range(2, limit + 1):
+            self.truncate(2)
+            t0 = time.perf_counter()
+            rows = self.decode(probe[2:2 + n], logits_from=0)
+            timings[n] = time.perf_counter() - t0
+            if best == n - 1 and np.array_equal(rows, singles[:n]):
+                best = n
+        self._exact_batch, self._timings = best, timings
+        self.reset()
+        if saved:
+            self.decode(saved)
 
     def truncate(self, n: int) -> None:
         """Drop KV entries from position n on."""

@@ -41,7 +41,10 @@ def _target_opt(default=DEFAULT_TARGET):
 
 
 DraftOpt = typer.Option(None, "--draft", "-d", help="Draft model (default: the target's suggested draft).")
-ProposerOpt = typer.Option("draft", help="draft | ngram | none (the target alone).")
+ProposerOpt = typer.Option("hybrid", help="hybrid (n-gram lookup, else the draft model) | draft | ngram | "
+                                           "none (the target alone).")
+FixedOpt = typer.Option(False, "--fixed-draft",
+                        help="Always draft --draft-max tokens (no cost model; for comparisons).")
 TempOpt = typer.Option(0.0, "--temp", min=0.0, help="Temperature; 0 is greedy.")
 TopKOpt = typer.Option(0, "--top-k", min=0, help="Keep the k most likely tokens (0 = off).")
 TopPOpt = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (1 = off).")
@@ -118,6 +121,7 @@ def generate(
     seed: Optional[int] = SeedOpt,
     max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1, help="Most tokens to generate."),
     draft_max: int = DraftMaxOpt,
+    fixed_draft: bool = FixedOpt,
     p_min: float = PMinOpt,
     ctx: int = CtxOpt,
     threads: int = ThreadsOpt,
@@ -145,7 +149,7 @@ def generate(
                  gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min)
     try:
         tokens = prompt_tokens(pair.target, text, raw=raw, system=system)
-        gen = GenConfig(sampling=sampling, max_tokens=max_tokens, draft_max=draft_max,
+        gen = GenConfig(sampling=sampling, max_tokens=max_tokens, draft_max=draft_max, adaptive=not fixed_draft,
                         stop=tuple(stop), seed=seed)
         to_terminal = out_file is None and not as_json and render.is_tty(sys.stdout) \
             and render.is_tty(sys.stderr) and not quiet
@@ -202,6 +206,7 @@ def chat(
     seed: Optional[int] = SeedOpt,
     max_tokens: int = typer.Option(1024, "--max-tokens", "-n", min=1, help="Most tokens per reply."),
     draft_max: int = DraftMaxOpt,
+    fixed_draft: bool = FixedOpt,
     p_min: float = PMinOpt,
     ctx: int = CtxOpt,
     threads: int = ThreadsOpt,
@@ -228,7 +233,8 @@ def chat(
     total = Stats()
     if not quiet:
         render.note(f"chat with {target}" + (f", drafting with {pair.config.draft or 'its suggested draft'}"
-                                             if proposer == "draft" else f", proposer {proposer}")
+                                             if proposer in ("draft", "hybrid") else "")
+                    + f", proposer {proposer}"
                     + f"\n{CHAT_HELP}")
     proposer_obj = pair.proposer(sampling, seed)
     turn = 0
@@ -266,7 +272,7 @@ def chat(
                              f"--ctx {pair.target.n_ctx})", "Type /reset to start over, or restart with a larger --ctx.")
                 continue
             turn += 1
-            gen = GenConfig(sampling=sampling, max_tokens=max_tokens, draft_max=draft_max, seed=seed + turn)
+            gen = GenConfig(sampling=sampling, max_tokens=max_tokens, draft_max=draft_max, adaptive=not fixed_draft, seed=seed + turn)
             live = render.is_tty(sys.stdout) and render.is_tty(sys.stderr) and not quiet
             out = _run_shown(pair, tokens, gen, proposer_obj, label=proposer, quiet=quiet, as_json=False,
                              sink=None if live else _stdout_write)
@@ -348,6 +354,7 @@ def complete(
     max_tokens: int = typer.Option(128, "--max-tokens", "-n", min=1, help="Most tokens to generate."),
     max_lines: int = typer.Option(0, "--max-lines", min=0, help="Stop after this many lines (0 = no limit)."),
     draft_max: int = DraftMaxOpt,
+    fixed_draft: bool = FixedOpt,
     ctx: int = CtxOpt,
     threads: int = ThreadsOpt,
     gpu_layers: int = GpuOpt,
@@ -388,7 +395,7 @@ def complete(
                 render.note(f"{target} has no fill-in-the-middle tokens: continuing the prefix, "
                             "the suffix is not used")
             tokens = m.tokenize(prefix or "\n")
-        gen = GenConfig(sampling=sampling, max_tokens=max_tokens, draft_max=draft_max, seed=seed)
+        gen = GenConfig(sampling=sampling, max_tokens=max_tokens, draft_max=draft_max, adaptive=not fixed_draft, seed=seed)
         until = (lambda text: text.count("\n") >= max_lines) if max_lines else None
         out = _run_shown(pair, tokens, gen, pair.proposer(sampling, seed), label=proposer, quiet=True,
                          as_json=as_json, until=until)

@@ -23,7 +23,8 @@ from .backend import Detokenizer, Model, common_prefix
 from .errors import SpecError
 from .proposers import EMPTY, Proposer
 from .sampling import SamplingConfig, probs as to_probs
-from .verify import verify
+from .policy import CostModel, Policy
+from .verify import verify, verify_greedy
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class GenConfig:
     draft_max: int = 8
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    adaptive: bool = True  # draft length and on/off from the cost model (policy.py)
 
 
 @dataclass(frozen=True)
@@ -114,25 +116,37 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
     target.truncate(keep)
     if len(prompt) - 1 > keep:
         target.decode(prompt[keep:-1])
+    proposer.prepare(prompt)
     prefill = (len(prompt) - 1 - keep, time.perf_counter() - t0)
 
     # keep target batches where their logits are bitwise one-token logits
     draft_max = min(cfg.draft_max, target.exact_batch() - 1)
+    policy = None
+    if cfg.adaptive and draft_max > 0:
+        policy = Policy(CostModel.from_timings(target.batch_timings(), draft_max + 1), k_max=draft_max)
+    greedy = cfg.sampling.greedy
     context = prompt
     produced = 0
     while True:
         remaining = cfg.max_tokens - produced
         k = max(0, min(draft_max, remaining - 1, target.n_ctx - len(context)))
-        prop = proposer.propose(context, k) if k > 0 else EMPTY
+        prop = proposer.propose(context, k, policy) if k > 0 else EMPTY
         draft = prop.tokens[:k]
 
         t1 = time.perf_counter()
         logits = target.decode([context[-1], *draft], logits_from=0)
-        q = to_probs(logits, cfg.sampling)
-        p = None if prop.probs is None else prop.probs[:len(draft)]
-        n_acc, nxt = verify(draft, p, q, rng)
+        if greedy:  # one-hot p and q: compare argmaxes (verify_greedy)
+            n_acc, nxt = verify_greedy(draft, logits.argmax(axis=1))
+        else:
+            q = to_probs(logits, cfg.sampling)
+            p = None if prop.probs is None else prop.probs[:len(draft)]
+            n_acc, nxt = verify(draft, p, q, rng)
         target.truncate(len(context) + n_acc)
         verify_s = time.perf_counter() - t1
+        if policy is not None:
+            policy.observe(prop.source, drafted=len(draft), accepted=n_acc,
+                           draft_s=prop.seconds if prop.steady_s is None else prop.steady_s,
+                           verify_s=verify_s)
 
         new = [*draft[:n_acc], nxt]
         origin = [True] * n_acc + [False]

@@ -1,10 +1,12 @@
 """Proposers: what drafts the next tokens.
 
-    propose(context, k) -> Proposal(tokens, probs or None)
+    propose(context, k, policy) -> Proposal(tokens, probs or None, source)
 
 `context` is every token so far (prompt and output); `k` the most tokens
-wanted.  `probs` holds the draft distribution of each proposed token, row by
-row, or is None for a point-mass draft (n-gram lookup).
+wanted; `policy` (optional, see policy.py) says how many of those pay.
+`probs` holds the draft distribution of each proposed token, row by row, or
+is None for a point mass (n-gram lookup, and greedy drafts, whose
+distribution is one-hot).  `source` names the proposer that drafted.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from .backend import Model
+from .backend import Model, common_prefix
+from .policy import Policy
 from .sampling import SamplingConfig, probs as to_probs, sample
 
 
@@ -24,6 +27,10 @@ class Proposal:
     tokens: list[int]
     probs: np.ndarray | None  # (len(tokens), V) or None for a point mass
     seconds: float = 0.0
+    source: str = "none"
+    # seconds a proposer pays per step when it drafts every step (a draft
+    # model catching up on many tokens after a pause costs more, once)
+    steady_s: float | None = None
 
 
 EMPTY = Proposal([], None)
@@ -32,7 +39,10 @@ EMPTY = Proposal([], None)
 class Proposer(Protocol):
     name: str
 
-    def propose(self, context: Sequence[int], k: int) -> Proposal: ...
+    def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal: ...
+
+    def prepare(self, context: Sequence[int]) -> None:
+        """Read the prompt ahead of the first step (charged to prefill)."""
 
 
 class NoDraft:
@@ -40,8 +50,11 @@ class NoDraft:
 
     name = "none"
 
-    def propose(self, context: Sequence[int], k: int) -> Proposal:
+    def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal:
         return EMPTY
+
+    def prepare(self, context: Sequence[int]) -> None:
+        pass
 
 
 class DraftModel:
@@ -62,27 +75,49 @@ class DraftModel:
         self.rng = rng
         self.p_min = p_min  # stop drafting when the top draft probability falls below
 
-    def propose(self, context: Sequence[int], k: int) -> Proposal:
+    def prepare(self, context: Sequence[int]) -> None:
+        keep = min(common_prefix(self.model.tokens, context), len(context) - 1)
+        self.model.truncate(keep)
+        if len(context) - 1 > keep:
+            self.model.decode(list(context[keep:-1]))
+
+    def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal:
+        k = min(k, self.model.n_ctx - len(context))
+        if policy is not None:
+            k = policy.plan(self.name, k)
         if k <= 0:
             return EMPTY
         t0 = time.perf_counter()
-        room = self.model.n_ctx - len(context)
-        k = min(k, room)
-        if k <= 0:
-            return EMPTY
+        behind = len(context) - common_prefix(self.model.tokens, context)
         logits = self.model.sync(context)
+        t_sync = time.perf_counter() - t0
+        greedy = self.sampling.greedy
         tokens: list[int] = []
         rows: list[np.ndarray] = []
+        chain: list[float] = []
         for i in range(k):
-            p = to_probs(logits, self.sampling)
-            if self.p_min > 0.0 and i > 0 and confidence(logits, p, self.sampling) < self.p_min:
-                break
-            x = int(np.argmax(p)) if self.sampling.greedy else sample(p, self.rng)
+            if greedy:
+                x = int(np.argmax(logits))
+            else:
+                p = to_probs(logits, self.sampling)
+                x = sample(p, self.rng)
+                rows.append(p)
             tokens.append(x)
-            rows.append(p)
-            if i + 1 < k:
-                logits = self.model.decode([x], logits_from=0)[0]
-        return Proposal(tokens, np.stack(rows), time.perf_counter() - t0)
+            if i + 1 == k:
+                break
+            if self.p_min > 0.0 or policy is not None:
+                conf = confidence(logits, rows[-1] if rows else None, self.sampling)
+                if conf < self.p_min:
+                    break
+                chain.append(conf)
+                if policy is not None and not policy.keep_going(self.name, chain):
+                    break
+            logits = self.model.decode([x], logits_from=0)[0]
+        seconds = time.perf_counter() - t0
+        # a step normally feeds the draft 1-2 new tokens; a longer catch-up
+        # is charged as that much, not as the draft's usual cost
+        steady = seconds if behind <= 2 else seconds - t_sync * (1 - 2 / behind)
+        return Proposal(tokens, None if greedy else np.stack(rows), seconds, self.name, steady)
 
 
 class NGram:
@@ -114,7 +149,10 @@ class NGram:
                 if end + 1 >= n:
                     self._index[tuple(context[end + 1 - n:end + 1])] = end + 1
 
-    def propose(self, context: Sequence[int], k: int) -> Proposal:
+    def prepare(self, context: Sequence[int]) -> None:
+        self._update(context)
+
+    def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal:
         if k <= 0 or len(context) < 2:
             return EMPTY
         t0 = time.perf_counter()
@@ -122,17 +160,42 @@ class NGram:
         for n in range(min(self.n_max, len(context) - 1), self.n_min - 1, -1):
             nxt = self._index.get(tuple(context[-n:]))
             if nxt is not None:
+                found = len(context) - nxt
+                if policy is not None:
+                    k = policy.plan(self.name, min(k, found))
                 tokens = list(context[nxt:nxt + k])
                 if tokens:
-                    return Proposal(tokens, None, time.perf_counter() - t0)
-        return Proposal([], None, time.perf_counter() - t0)
+                    return Proposal(tokens, None, time.perf_counter() - t0, self.name)
+                break
+        return Proposal([], None, time.perf_counter() - t0, self.name)
 
 
-def confidence(logits: np.ndarray, p: np.ndarray, sampling: SamplingConfig) -> float:
+class Hybrid:
+    """N-gram lookup first (free); the draft model where the lookup finds
+    nothing, or nothing worth verifying."""
+
+    name = "hybrid"
+
+    def __init__(self, ngram: "NGram", draft: DraftModel):
+        self.ngram, self.draft = ngram, draft
+
+    def prepare(self, context: Sequence[int]) -> None:
+        self.ngram.prepare(context)
+        self.draft.prepare(context)
+
+    def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal:
+        found = self.ngram.propose(context, k, policy)
+        if found.tokens:
+            return found
+        drafted = self.draft.propose(context, k, policy)
+        return Proposal(drafted.tokens, drafted.probs, drafted.seconds + found.seconds, drafted.source,
+                        drafted.steady_s)
+
+
+def confidence(logits: np.ndarray, p: np.ndarray | None, sampling: SamplingConfig) -> float:
     """The draft's top probability; under greedy decoding (where p is one-hot)
     it is read from the softmax of the raw logits."""
-    if not sampling.greedy:
+    if not sampling.greedy and p is not None:
         return float(p.max())
-    z = logits.astype(np.float64)
-    m = z.max()
-    return float(1.0 / np.exp(z - m).sum())
+    m = logits.max()
+    return float(1.0 / np.exp(logits - m, dtype=np.float32).sum(dtype=np.float64))

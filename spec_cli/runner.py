@@ -14,17 +14,18 @@ import numpy as np
 
 from .backend import LoadConfig, Model
 from .errors import SpecError
-from .proposers import DraftModel, NGram, NoDraft, Proposer
+from .proposers import DraftModel, Hybrid, NGram, NoDraft, Proposer
 from .sampling import SamplingConfig
 
-PROPOSERS = ("draft", "ngram", "none")
+PROPOSERS = ("hybrid", "draft", "ngram", "none")
+NEEDS_DRAFT = ("hybrid", "draft")
 
 
 @dataclass(frozen=True)
 class PairConfig:
     target: str
     draft: str | None = None
-    proposer: str = "draft"
+    proposer: str = "hybrid"
     ctx: int = 4096
     threads: int = 0
     gpu_layers: int = 0
@@ -45,8 +46,8 @@ class Pair:
         if name == "ngram":
             return NGram()
         assert self.draft is not None
-        return DraftModel(self.draft, sampling, np.random.default_rng([seed, 1]),
-                          p_min=self.config.p_min)
+        draft = DraftModel(self.draft, sampling, np.random.default_rng([seed, 1]), p_min=self.config.p_min)
+        return Hybrid(NGram(), draft) if name == "hybrid" else draft
 
     def close(self) -> None:
         if self.draft is not None:
@@ -64,12 +65,12 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
                         hint=f"Choose one of: {', '.join(PROPOSERS)}.")
     registry = load_registry()
     draft_arg = cfg.draft
-    if cfg.proposer == "draft" and draft_arg is None:
+    if cfg.proposer in NEEDS_DRAFT and draft_arg is None:
         draft_arg = _suggested_draft(cfg.target, registry)
     target_path = resolve(cfg.target, registry=registry,
                           progress=progress(cfg.target) if progress else None)
     draft_path = None
-    if cfg.proposer == "draft":
+    if cfg.proposer in NEEDS_DRAFT:
         draft_path = resolve(draft_arg, registry=registry,
                              progress=progress(draft_arg) if progress else None)
     target = Model(target_path, LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads,
@@ -106,10 +107,12 @@ def _probe_exact_batch(model: Model) -> None:
     except (OSError, ValueError):
         known = {}
     key = model.fingerprint()
-    if isinstance(known.get(key), int):
+    try:
         model.exact_batch(known=known[key])
         return
-    known[key] = model.exact_batch()
+    except (KeyError, TypeError, ValueError, AttributeError):
+        pass
+    known[key] = model.probe_result()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

@@ -68,3 +68,14 @@ def _draw(dist: np.ndarray, rng: np.random.Generator) -> int:
     if dist[top] >= dist.sum():
         return top
     return sample(dist, rng)
+
+
+def verify_greedy(draft: Sequence[int], target_argmax: Sequence[int]) -> tuple[int, int]:
+    """The rule when p and q are both one-hot (temperature 0), without
+    building the one-hot rows: accept while the draft token is the target's
+    argmax; the next token is the target's argmax where they part (or the
+    bonus position).  Same result as `verify` on one-hot p and q."""
+    n = 0
+    while n < len(draft) and draft[n] == target_argmax[n]:
+        n += 1
+    return n, int(target_argmax[n])

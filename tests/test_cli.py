@@ -46,7 +46,7 @@ def test_piped_output_is_only_text(smollm_path, spec_env):
 
 def test_json_object(smollm_path, spec_env):
     res = spec("generate", *SMALL, "--draft", "smollm2-135m", "--json", "-n", "16", "--seed", "3",
-               "--temp", "0.7", "Name three colours.", env=spec_env)
+               "--temp", "0.7", "--fixed-draft", "Name three colours.", env=spec_env)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert set(out) >= {"text", "tokens", "finish_reason", "stats"}
@@ -54,7 +54,8 @@ def test_json_object(smollm_path, spec_env):
     assert set(out["stats"]) >= {"steps", "drafted", "accepted", "acceptance_rate", "mean_accepted",
                                  "tokens_per_s", "draft_s", "verify_s"}
     again = json.loads(spec("generate", *SMALL, "--draft", "smollm2-135m", "--json", "-n", "16",
-                            "--seed", "3", "--temp", "0.7", "Name three colours.", env=spec_env).stdout)
+                            "--seed", "3", "--temp", "0.7", "--fixed-draft", "Name three colours.",
+                            env=spec_env).stdout)
     assert again["tokens"] == out["tokens"]  # same seed, same output
 
 
@@ -127,7 +128,7 @@ def test_qwen_target_with_smollm_draft_is_refused(target_path, smollm_path, spec
 
 def test_draft_defaults_to_the_registry_suggestion(target_path, draft_path, spec_env):
     res = spec("generate", "--target", "qwen2.5-coder-1.5b", "--ctx", "512", "-n", "4", "--json",
-               "Say hi.", env=spec_env)
+               "--proposer", "draft", "--fixed-draft", "Say hi.", env=spec_env)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["stats"]["drafted"] > 0
 

@@ -82,7 +82,8 @@ def test_chat_from_a_pipe(smollm_path, spec_env):
 
 
 def test_live_view_colours_tokens_and_shows_the_footer(smollm_path, spec_env):
-    child = spawn(["generate", *SMALL, "--raw", "-n", "60", "Count: 1, 2, 3, 4, 5, 6,"], spec_env)
+    child = spawn(["generate", *SMALL, "--raw", "-n", "60", "--fixed-draft", "Count: 1, 2, 3, 4, 5, 6,"],
+                  spec_env)
     child.expect(pexpect.EOF)
     out = child.before
     assert "\x1b[32m" in out  # tokens the draft wrote, in green

@@ -13,6 +13,7 @@ GREEDY = SamplingConfig()
 
 
 def run(model, proposer, prompt, **kw):
+    kw.setdefault("adaptive", False)  # draft every step: the strictest test of the loop
     steps = list(generate(model, proposer, prompt, GenConfig(**kw)))
     tokens = [t for s in steps for t in s.tokens]
     return tokens, "".join(s.text for s in steps), steps

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from spec_cli.engine import GenConfig, generate
-from spec_cli.proposers import DraftModel, NGram, NoDraft
+from spec_cli.proposers import DraftModel, Hybrid, NGram, NoDraft
 from spec_cli.sampling import SamplingConfig
 
 from conftest import bench_prompts
@@ -21,13 +21,19 @@ def tokens_for(model, item):
 
 
 def check_identical(target, draft, items):
-    cfg = GenConfig(max_tokens=MAX_TOKENS, draft_max=6)
+    """Every proposer drafting every step (no cost model), and the default
+    hybrid with its cost model, against the target alone."""
+    fixed = GenConfig(max_tokens=MAX_TOKENS, draft_max=6, adaptive=False)
+    adaptive = GenConfig(max_tokens=MAX_TOKENS, draft_max=6)
     accepted = drafted = 0
     for item in items:
         prompt = tokens_for(target, item)
-        base = [t for s in generate(target, NoDraft(), prompt, cfg) for t in s.tokens]
+        base = [t for s in generate(target, NoDraft(), prompt, fixed) for t in s.tokens]
         assert len(base) > 0
-        for prop in (DraftModel(draft, SamplingConfig(), np.random.default_rng(0)), NGram()):
+        greedy = SamplingConfig()
+        runs = [(DraftModel(draft, greedy, np.random.default_rng(0)), fixed), (NGram(), fixed),
+                (Hybrid(NGram(), DraftModel(draft, greedy, np.random.default_rng(0))), adaptive)]
+        for prop, cfg in runs:
             steps = list(generate(target, prop, prompt, cfg))
             out = [t for s in steps for t in s.tokens]
             assert out == base, f"{item['id']}: {prop.name} differs from the target alone"

@@ -1,0 +1,80 @@
+"""The cost model that turns drafting up, down, off and back on (pure)."""
+
+import numpy as np
+import pytest
+
+from spec_cli.policy import CostModel, Policy, expected_tokens
+from spec_cli.verify import verify, verify_greedy
+
+CPU = {1: 0.039, 2: 0.086, 3: 0.109, 4: 0.135, 5: 0.161, 6: 0.181, 7: 0.203}   # measured here
+GPU = {1: 0.020, 2: 0.021, 4: 0.022, 8: 0.024, 16: 0.030}                    # batches nearly free
+
+
+def test_expected_tokens():
+    assert expected_tokens([]) == 1
+    assert expected_tokens([1.0, 1.0]) == 3
+    assert expected_tokens([0.5, 0.5]) == pytest.approx(1 + 0.5 + 0.25)
+
+
+def test_cost_model_interpolates_and_extrapolates():
+    cm = CostModel.from_timings({1: 1.0, 3: 3.0}, n_max=5)
+    assert cm.verify_s[:3] == [1.0, 2.0, 3.0]
+    assert cm.verify_s[3] > 3.0 and cm.verify_s[4] > cm.verify_s[3]
+
+
+def test_a_slow_draft_model_is_never_used_nor_probed():
+    policy = Policy(CostModel.from_timings(CPU, 7), k_max=6)
+    policy.cost.draft_s["draft"] = 0.020  # half the target's cost per token
+    assert all(policy.plan("draft", 6) == 0 for _ in range(500))
+
+
+def test_a_free_draft_with_high_acceptance_drafts_long():
+    policy = Policy(CostModel.from_timings(CPU, 7), k_max=6)
+    for _ in range(30):
+        policy.observe("ngram", drafted=6, accepted=6, draft_s=0.0, verify_s=0.203)
+    assert policy.plan("ngram", 6) == 6
+    # one token does not pay on this CPU (a batch of 2 costs 2.2 single tokens), three do
+    assert policy.plan("ngram", 1) == 0
+    assert policy.plan("ngram", 3) == 3
+
+
+def test_rejections_turn_drafting_off_and_probes_turn_it_back_on():
+    policy = Policy(CostModel.from_timings(GPU, 17), k_max=8)
+    policy.cost.draft_s["draft"] = 0.002
+    assert policy.plan("draft", 8) > 0
+    for _ in range(40):
+        policy.observe("draft", drafted=4, accepted=0, draft_s=0.008, verify_s=0.022)
+    plans = [policy.plan("draft", 8) for _ in range(40)]
+    assert plans[0] == 0 and any(plans)  # off, with a probe after a while
+    for _ in range(40):
+        policy.observe("draft", drafted=8, accepted=8, draft_s=0.016, verify_s=0.024)
+    assert policy.plan("draft", 8) == 8
+
+
+def test_probes_back_off_while_they_change_nothing():
+    policy = Policy(CostModel.from_timings(GPU, 17), k_max=8, probe_every=4)
+    policy.cost.draft_s["draft"] = 0.002
+    for _ in range(40):
+        policy.observe("draft", drafted=4, accepted=0, draft_s=0.008, verify_s=0.022)
+    probes = [i for i in range(200) if policy.plan("draft", 8)]
+    gaps = np.diff(probes)
+    assert len(probes) >= 3 and all(b >= a for a, b in zip(gaps, gaps[1:])) and gaps[-1] > gaps[0]
+
+
+def test_keep_going_stops_on_low_confidence():
+    policy = Policy(CostModel.from_timings(GPU, 17), k_max=8)
+    policy.cost.draft_s["draft"] = 0.002
+    assert policy.keep_going("draft", [0.95, 0.9])
+    assert not policy.keep_going("draft", [0.95, 0.02])
+    assert not policy.keep_going("draft", [0.9] * 8)  # at k_max
+
+
+def test_verify_greedy_is_verify_on_one_hot_rows():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        k = int(rng.integers(0, 6))
+        target = rng.integers(0, 4, size=k + 1)
+        draft = [int(t) if rng.random() < 0.7 else int(rng.integers(0, 4)) for t in target[:k]]
+        q = np.eye(4)[target]
+        p = np.eye(4)[draft] if k else np.zeros((0, 4))
+        assert verify_greedy(draft, target) == verify(draft, p, q, rng)
