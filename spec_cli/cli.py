@@ -232,7 +232,7 @@ def chat(
     messages = list(base)
     total = Stats()
     if not quiet:
-        render.note(f"chat with {target}" + (f", drafting with {pair.config.draft or 'its suggested draft'}"
+        render.note(f"chat with {target}" + (f", drafting with {pair.draft_name}"
                                              if proposer in ("draft", "hybrid") else "")
                     + f", proposer {proposer}"
                     + f"\n{CHAT_HELP}")
@@ -422,6 +422,73 @@ def _read_file_allow_empty(path: Path) -> str:
         raise SpecError(f"file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"cannot read {path}: {e}") from e
+
+
+@app.command()
+def bench(
+    prompts: List[Path] = typer.Option([], "--prompts", "-p",
+                                       help="JSON-lines prompt files (id, kind, prompt); repeatable. "
+                                            "Default: spec-cli's own small set."),
+    target: str = _target_opt(),
+    draft: Optional[str] = DraftOpt,
+    proposer: List[str] = typer.Option(["hybrid"], "--proposer",
+                                       help="Proposer to compare with the target alone; repeatable. "
+                                            "NAME@K drafts K tokens every step (no cost model)."),
+    sweep_draft_max: Optional[str] = typer.Option(None, "--sweep-draft-max",
+                                                  help="Also try each proposer at these fixed lengths, e.g. 1,2,3,4,6."),
+    max_tokens: int = typer.Option(128, "--max-tokens", "-n", min=1, help="Tokens per generation."),
+    n_prompts: int = typer.Option(0, "--n-prompts", min=0, help="First N prompts of each file (0 = all)."),
+    temp: float = TempOpt,
+    seed: int = typer.Option(0, help="Random seed (the same for every run)."),
+    draft_max: int = DraftMaxOpt,
+    ctx: int = CtxOpt,
+    threads: int = ThreadsOpt,
+    gpu_layers: int = GpuOpt,
+    draft_gpu_layers: int = DraftGpuOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object with a `sets` list."),
+) -> None:
+    """Is it faster on this machine?  The target alone and each proposer,
+    interleaved prompt by prompt, with speedups, acceptance and time split."""
+    from . import render
+    from .bench import DEFAULT_PROMPTS, machine, run_bench, variants_from
+    from .engine import GenConfig
+
+    files = list(prompts) or [DEFAULT_PROMPTS]
+    for f in files:
+        if not f.is_file():
+            raise SpecError(f"prompt file not found: {f}")
+    variants = variants_from(proposer, sweep_draft_max)
+    if not variants:
+        raise SpecError("nothing to compare: give a --proposer other than none")
+    needs_draft = any(v.proposer in ("hybrid", "draft") for v in variants)
+    pair = _load(as_json, target=target, draft=draft, proposer="hybrid" if needs_draft else "ngram", ctx=ctx,
+                 threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+    try:
+        gen = GenConfig(sampling=_sampling(temp, 0, 1.0, 0.0), max_tokens=max_tokens, draft_max=draft_max,
+                        seed=seed)
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                      console=render.err, transient=True, disable=as_json) as progress:
+            task = progress.add_task("bench", total=None)
+            try:
+                sets = run_bench(pair, files, variants, n_prompts=n_prompts or None, gen_base=gen,
+                                 on_progress=lambda d: progress.update(task, description=d))
+            except KeyboardInterrupt:
+                raise SpecError("bench interrupted; no results", exit_code=130) from None
+        result = {"target": target, "draft": pair.draft_name,
+                  "max_tokens": max_tokens, "temperature": temp, "draft_max": draft_max,
+                  "exact_batch": pair.target.exact_batch(), "machine": machine(), "sets": sets}
+        if as_json:
+            print(json.dumps(result, indent=1))
+        else:
+            render.wide_err().print(render.bench_table(result))
+        if any(s["identical"] is False for s in sets):
+            render.error("greedy output differed from the target alone: this is a bug in spec-cli",
+                         "Please report it with the command and the prompt file.")
+            raise typer.Exit(2)
+    finally:
+        pair.close()
 
 
 class _AtomicOutput:

@@ -124,6 +124,7 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
     policy = None
     if cfg.adaptive and draft_max > 0:
         policy = Policy(CostModel.from_timings(target.batch_timings(), draft_max + 1), k_max=draft_max)
+        policy.cost.draft_s.update(proposer.cost_prior)
     greedy = cfg.sampling.greedy
     context = prompt
     produced = 0

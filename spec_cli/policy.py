@@ -17,7 +17,7 @@ turns off when it does not pay and back on when it would:
     a draft model's own confidence (its top probability) refines it token
     by token, so a draft stops early where it is unsure.
 
-While drafting is off, a draft now and then (after `probe_every` steps,
+While drafting is off, a short draft now and then (after `probe_every` steps,
 then twice as long after each look that changes nothing) keeps the
 acceptance estimate honest -- unless even an always-accepted draft could
 not pay, as for a draft model nearly as slow as its target.
@@ -106,13 +106,14 @@ class Acceptance:
             self.rates[i] += EMA * (hit - self.rates[i])
 
 
-PRIORS = {"ngram": 0.9, "draft": 0.8}  # acceptance before anything is seen
+# acceptance before anything is seen; n-gram matches by length
+PRIORS = {"ngram1": 0.3, "ngram2": 0.5, "ngram3": 0.65, "ngram4": 0.8, "ngram8": 0.95, "draft": 0.8}
 
 
 class Policy:
     """Decides, step by step, how many tokens each proposer should draft."""
 
-    def __init__(self, cost: CostModel, *, k_max: int, probe_every: int = 16):
+    def __init__(self, cost: CostModel, *, k_max: int, probe_every: int = 32):
         self.cost = cost
         self.k_max = k_max
         self.probe_every = probe_every
@@ -133,6 +134,12 @@ class Policy:
                 best_k, best = k, r
         return best_k
 
+    def _cheapest_paying(self, rates: list[float], d: float, limit: int) -> int:
+        """The shortest draft that beats the target alone at these rates (a
+        probe: it risks the least when the draft is wrong)."""
+        base = 1.0 / self.cost.c(1)
+        return next((k for k in range(1, limit + 1) if self.cost.rate(rates[:k], d) > base), 0)
+
     def plan(self, proposer: str, limit: int) -> int:
         """The best k (0 = do not draft) for `proposer`, at most `limit`."""
         limit = min(limit, self.k_max)
@@ -148,7 +155,7 @@ class Policy:
         # accepted would not pay (the draft is too slow for this target),
         # there is nothing to learn; else look again now and then, waiting
         # twice as long after each look that did not change the answer.
-        ideal = self._best([1.0] * limit, d, limit)
+        ideal = self._cheapest_paying([1.0] * limit, d, limit)
         if ideal == 0:
             return 0
         idle = self._idle.get(proposer, 0) + 1

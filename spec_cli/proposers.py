@@ -38,6 +38,7 @@ EMPTY = Proposal([], None)
 
 class Proposer(Protocol):
     name: str
+    cost_prior: dict[str, float]  # seconds per draft token, by source, before any is measured
 
     def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal: ...
 
@@ -49,6 +50,7 @@ class NoDraft:
     """The target alone: the baseline, through the same loop."""
 
     name = "none"
+    cost_prior: dict[str, float] = {}
 
     def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal:
         return EMPTY
@@ -74,6 +76,12 @@ class DraftModel:
         self.sampling = sampling
         self.rng = rng
         self.p_min = p_min  # stop drafting when the top draft probability falls below
+
+    @property
+    def cost_prior(self) -> dict[str, float]:
+        """Seconds per draft token, from the model's load-time probe."""
+        t = self.model.batch_timings().get(1)
+        return {self.name: t} if t else {}
 
     def prepare(self, context: Sequence[int]) -> None:
         keep = min(common_prefix(self.model.tokens, context), len(context) - 1)
@@ -130,6 +138,7 @@ class NGram:
     """
 
     name = "ngram"
+    cost_prior: dict[str, float] = {}
 
     def __init__(self, *, n_max: int = 4, n_min: int = 1):
         self.n_max, self.n_min = n_max, n_min
@@ -160,12 +169,19 @@ class NGram:
         for n in range(min(self.n_max, len(context) - 1), self.n_min - 1, -1):
             nxt = self._index.get(tuple(context[-n:]))
             if nxt is not None:
-                found = len(context) - nxt
+                # longer matches predict better: the cost model learns the
+                # acceptance of each match length apart (ngram1..3, 4 = 4-7,
+                # 8 = 8 or more tokens matching before the proposal)
+                length = n
+                while (length < 16 and nxt - length - 1 >= 0
+                       and context[nxt - length - 1] == context[len(context) - length - 1]):
+                    length += 1
+                source = f"ngram{length if length < 4 else 4 if length < 8 else 8}"
                 if policy is not None:
-                    k = policy.plan(self.name, min(k, found))
+                    k = policy.plan(source, min(k, len(context) - nxt))
                 tokens = list(context[nxt:nxt + k])
                 if tokens:
-                    return Proposal(tokens, None, time.perf_counter() - t0, self.name)
+                    return Proposal(tokens, None, time.perf_counter() - t0, source)
                 break
         return Proposal([], None, time.perf_counter() - t0, self.name)
 
@@ -178,6 +194,10 @@ class Hybrid:
 
     def __init__(self, ngram: "NGram", draft: DraftModel):
         self.ngram, self.draft = ngram, draft
+
+    @property
+    def cost_prior(self) -> dict[str, float]:
+        return self.draft.cost_prior
 
     def prepare(self, context: Sequence[int]) -> None:
         self.ngram.prepare(context)

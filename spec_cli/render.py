@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from pathlib import Path
 from typing import Callable, Iterator
 
 from rich.console import Console, Group
@@ -135,6 +136,34 @@ def summary_table(stats: Stats, *, proposer: str, finish: str | None) -> Table:
     table.add_row("time", f"draft {stats.draft_s:.2f}s ({stats.draft_s / gen:.0%}), verify {stats.verify_s:.2f}s "
                           f"({stats.verify_s / gen:.0%}), other {max(gen - busy, 0):.2f}s ({max(gen - busy, 0) / gen:.0%})")
     table.add_row("finish", finish or "unknown")
+    return table
+
+
+def wide_err() -> Console:
+    """stderr, at least 160 columns wide when it is not a terminal (a log)."""
+    return err if err.is_terminal else Console(stderr=True, highlight=False, width=max(err.width, 160))
+
+
+def bench_table(result: dict) -> Table:
+    m = result["machine"]
+    table = Table(title=f"spec-cli bench: {result['target']} / draft {result['draft'] or '-'} — "
+                        f"{m['cpu']}, {m['cores']} cores, llama-cpp-python {m['llama_cpp_python']}, "
+                        f"{result['max_tokens']} tokens, temperature {result['temperature']}",
+                  title_justify="left")
+    for col, just in (("prompts", "left"), ("proposer", "left"), ("speedup", "right"), ("min-max", "right"),
+                      ("tok/s", "right"), ("alone", "right"), ("accept", "right"), ("mean", "right"),
+                      ("per-pos", "left"), ("draft/verify/other", "right"), ("identical", "center")):
+        table.add_column(col, justify=just)
+    for s in result["sets"]:
+        sp = s["speedup_median"]
+        ident = {True: "[green]yes[/]", False: "[bold red]NO[/]", None: "n/a"}[s["identical"]]
+        table.add_row(Path(s["file"]).name, s["proposer"],
+                      f"[{'green' if sp >= 1.0 else 'red'}]{sp:.2f}x[/]",
+                      f"{s['speedup_min']:.2f}-{s['speedup_max']:.2f}",
+                      f"{s['tokens_per_s']:.1f}", f"{s['baseline_tokens_per_s']:.1f}",
+                      f"{s['acceptance_rate']:.0%}", f"{s['mean_accepted']:.2f}",
+                      position_bars(s["per_position"]),
+                      f"{s['draft_share']:.0%}/{s['verify_share']:.0%}/{s['overhead_share']:.1%}", ident)
     return table
 
 

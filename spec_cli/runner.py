@@ -38,9 +38,16 @@ class Pair:
     target: Model
     draft: Model | None
     config: PairConfig
+    draft_name: str | None = None  # as given, or the registry's suggestion
 
     def proposer(self, sampling: SamplingConfig, seed: int) -> Proposer:
-        name = self.config.proposer
+        return self.proposer_named(self.config.proposer, sampling, seed)
+
+    def proposer_named(self, name: str, sampling: SamplingConfig, seed: int) -> Proposer:
+        if name not in PROPOSERS:
+            raise SpecError(f"unknown proposer {name!r}", hint=f"Choose one of: {', '.join(PROPOSERS)}.")
+        if name in NEEDS_DRAFT and self.draft is None:
+            raise SpecError(f"proposer {name} needs a draft model", hint="Pass --draft NAME|PATH.")
         if name == "none":
             return NoDraft()
         if name == "ngram":
@@ -91,7 +98,9 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
                 f"{draft_arg} cannot draft for {cfg.target}: {why}",
                 hint=_fitting_drafts_hint(cfg.target, registry))
     _probe_exact_batch(target)
-    return Pair(target, draft, cfg)
+    if draft is not None:
+        _probe_exact_batch(draft)  # its timings are the cost model's prior for drafting
+    return Pair(target, draft, cfg, draft_arg if draft is not None else None)
 
 
 def _probe_exact_batch(model: Model) -> None:

@@ -31,11 +31,11 @@ def test_a_slow_draft_model_is_never_used_nor_probed():
 def test_a_free_draft_with_high_acceptance_drafts_long():
     policy = Policy(CostModel.from_timings(CPU, 7), k_max=6)
     for _ in range(30):
-        policy.observe("ngram", drafted=6, accepted=6, draft_s=0.0, verify_s=0.203)
-    assert policy.plan("ngram", 6) == 6
+        policy.observe("ngram4", drafted=6, accepted=6, draft_s=0.0, verify_s=0.203)
+    assert policy.plan("ngram4", 6) == 6
     # one token does not pay on this CPU (a batch of 2 costs 2.2 single tokens), three do
-    assert policy.plan("ngram", 1) == 0
-    assert policy.plan("ngram", 3) == 3
+    assert policy.plan("ngram4", 1) == 0
+    assert policy.plan("ngram4", 3) == 3
 
 
 def test_rejections_turn_drafting_off_and_probes_turn_it_back_on():

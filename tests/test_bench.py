@@ -1,0 +1,84 @@
+"""`spec-cli bench` computes and reports correctly (speed itself is not
+asserted: it is measured by bench, not by tests)."""
+
+import json
+
+import pytest
+
+from spec_cli.bench import DEFAULT_PROMPTS, Run, Variant, load_prompts, summarise, variants_from
+from spec_cli.errors import SpecError
+
+from conftest import PROMPTS
+from test_cli import spec
+
+
+def run(tokens, gen_s, *, draft_s=0.0, verify_s=None, drafted=0, accepted=0, per_position=()):
+    return Run(tokens=list(tokens), gen_s=gen_s, draft_s=draft_s,
+               verify_s=gen_s - draft_s if verify_s is None else verify_s,
+               drafted=drafted, accepted=accepted, steps=1, per_position=[list(p) for p in per_position])
+
+
+def test_summarise_speedups_shares_and_identity():
+    base = [run(range(10), 1.0), run(range(10), 2.0), run(range(10), 1.0)]
+    prop = [run(range(10), 0.5, draft_s=0.1, verify_s=0.35, drafted=8, accepted=6, per_position=[[2, 2], [2, 1]]),
+            run(range(10), 2.0, draft_s=0.0, verify_s=1.9, drafted=0, accepted=0),
+            run(range(10), 0.8, draft_s=0.1, verify_s=0.6, drafted=4, accepted=2, per_position=[[1, 1]])]
+    s = summarise("f.jsonl", "hybrid", list(zip(base, prop)), greedy=True)
+    assert s["speedup_median"] == pytest.approx(1.25)
+    assert s["speedup_min"] == pytest.approx(1.0) and s["speedup_max"] == pytest.approx(2.0)
+    assert s["acceptance_rate"] == pytest.approx(8 / 12)
+    assert s["mean_accepted"] == pytest.approx(8 / 3)  # over the 3 steps that drafted
+    assert s["per_position"] == [pytest.approx(1.0), pytest.approx(0.5)]
+    assert s["tokens_per_s"] == pytest.approx(30 / 3.3)
+    assert s["overhead_share"] == pytest.approx((3.3 - 0.2 - 2.85) / 3.3)
+    assert s["identical"] is True
+
+
+def test_summarise_flags_a_different_output():
+    s = summarise("f", "ngram", [(run([1, 2, 3], 1.0), run([1, 2, 4], 1.0))], greedy=True)
+    assert s["identical"] is False
+    assert summarise("f", "ngram", [(run([1], 1.0), run([2], 1.0))], greedy=False)["identical"] is None
+
+
+def test_variants():
+    assert Variant.parse("draft@4") == Variant("draft", 4) and Variant("draft", 4).label == "draft@4"
+    vs = variants_from(["hybrid", "none", "ngram"], "2,4")
+    assert [v.label for v in vs] == ["hybrid", "ngram", "hybrid@2", "hybrid@4", "ngram@2", "ngram@4"]
+    with pytest.raises(SpecError):
+        variants_from(["hybrid"], "2,x")
+    with pytest.raises(SpecError):
+        Variant.parse("draft@x")
+
+
+def test_prompt_files(tmp_path):
+    assert len(load_prompts(DEFAULT_PROMPTS, None)) >= 6
+    assert len(load_prompts(PROMPTS, 2)) == 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "kind": "chat", "prompt": "x"}\n{"id": "b", "kind": "chat"}\n')
+    with pytest.raises(SpecError, match=r"bad.jsonl:2"):
+        load_prompts(bad, None)
+
+
+def test_bench_runs_and_reports(smollm_path, spec_env):
+    res = spec("bench", "--target", "smollm2-135m", "--draft", "smollm2-135m", "--ctx", "1024",
+               "--prompts", str(PROMPTS), "--n-prompts", "2", "-n", "16",
+               "--proposer", "ngram", "--proposer", "draft@2", "--json", env=spec_env)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["machine"]["cores"] >= 1 and out["draft"] == "smollm2-135m"
+    sets = {s["proposer"]: s for s in out["sets"]}
+    assert set(sets) == {"ngram", "draft@2"}
+    for s in sets.values():
+        assert s["file"] == str(PROMPTS) and s["prompts"] == 2
+        assert s["identical"] is True
+        assert 0 < s["speedup_min"] <= s["speedup_median"] <= s["speedup_max"]
+        assert 0 <= s["overhead_share"] < 1 and s["tokens_per_s"] > 0
+    assert sets["draft@2"]["acceptance_rate"] == 1.0  # a model drafting for itself
+    assert sets["draft@2"]["per_position"] == [1.0, 1.0]
+
+
+def test_bench_table_on_stderr(smollm_path, spec_env):
+    res = spec("bench", "--target", "smollm2-135m", "--ctx", "1024", "--n-prompts", "1", "-n", "8",
+               "--proposer", "ngram", env=spec_env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "" and "speedup" in res.stderr and "bench.jsonl" in res.stderr
