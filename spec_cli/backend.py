@@ -23,6 +23,7 @@ import llama_cpp
 from .errors import SpecError
 
 _GGUF_MAGIC = b"GGUF"
+_KV_TYPES = {"f16": 1, "q8_0": 8, "bf16": 30}  # enum ggml_type
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class LoadConfig:
     # batches of 4+ tokens differently from single tokens; off by default so
     # verification batches stay bitwise equal to one-token decoding longer.
     repack: bool = False
+    kv_type: str = "q8_0"       # f16 | q8_0 | bf16 (see the note in Model.__init__)
 
 
 # -- logging: llama.cpp talks a lot on stderr; keep errors only -------------
@@ -88,6 +90,13 @@ class Model:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
+        # Flash attention over a Q8_0 KV cache: llama.cpp's CPU kernel then
+        # treats every query row alike whatever the batch, whereas over an
+        # F16 cache it splits a single query's KV across threads (from 512
+        # entries on) and rounds differently from a batch.  It also halves
+        # the cache's memory.
+        cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
+        cparams.type_k = cparams.type_v = _KV_TYPES[cfg.kv_type]
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
@@ -96,7 +105,7 @@ class Model:
                             f"for {self.path.name}",
                             hint="Try a smaller --ctx, or fewer GPU layers.")
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
-        self.n_batch = cfg.n_batch
+        self.n_batch = llama_cpp.llama_n_batch(self._ctx)  # llama.cpp may lower what was asked
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
@@ -318,7 +327,8 @@ class Model:
         """Identifies this file, build and placement, for caching probes."""
         st = self.path.stat()
         return (f"{self.path.resolve()}|{st.st_size}|{int(st.st_mtime)}|"
-                f"{llama_cpp.__version__}|gpu={self._cfg.gpu_layers}|repack={self._cfg.repack}")
+                f"{llama_cpp.__version__}|gpu={self._cfg.gpu_layers}|repack={self._cfg.repack}|"
+                f"kv={self._cfg.kv_type}|probe=2")
 
     def exact_batch(self, limit: int = 16, *, known: dict | None = None) -> int:
         """The largest batch whose logits are bitwise those of one-token
@@ -348,28 +358,38 @@ class Model:
         return {"exact_batch": self.exact_batch(), "timings": self.batch_timings()}
 
     def _probe(self, limit: int) -> None:
+        """Decode the same tokens one by one and in batches of 2..limit,
+        after a short and after a long cached prefix (kernels change with
+        the cache's length too), and compare the logits bit for bit."""
         import time
 
         saved = list(self.tokens)
-        probe = self.tokenize("def f(x):\n    return x * 2 + 1  # a probe of batch sizes", add_special=False)
-        probe = (probe * (limit // max(len(probe), 1) + 2))[:limit + 2]
-        self.reset()
-        self.decode(probe[:2])
-        singles, single_s = [], []
-        for t in probe[2:]:
-            t0 = time.perf_counter()
-            singles.append(self.decode([t], logits_from=0)[0])
-            single_s.append(time.perf_counter() - t0)
-        singles = np.stack(singles)
-        timings = {1: float(np.median(single_s))}
-        best = 1
-        for n in range(2, limit + 1):
-            self.truncate(2)
-            t0 = time.perf_counter()
-            rows = self.decode(probe[2:2 + n], logits_from=0)
-            timings[n] = time.perf_counter() - t0
-            if best == n - 1 and np.array_equal(rows, singles[:n]):
-                best = n
+        text = self.tokenize("def f(x):\n    return x * 2 + 1  # a probe of batch sizes\n", add_special=False)
+        long_prefix = min(self.n_ctx - limit - 4, 600)  # past 512, where kernels were seen to switch
+        prefixes = [2] + ([long_prefix] if long_prefix > 2 else [])
+        stream = (text * ((max(prefixes) + limit + 2) // max(len(text), 1) + 1))
+        best, timings = limit, {}
+        for start in prefixes:
+            self.reset()
+            self.decode(stream[:start])
+            singles, single_s = [], []
+            for t in stream[start:start + best]:  # no need to look past what failed already
+                t0 = time.perf_counter()
+                singles.append(self.decode([t], logits_from=0)[0])
+                single_s.append(time.perf_counter() - t0)
+            singles = np.stack(singles)
+            exact = 1
+            for n in range(2, best + 1):
+                self.truncate(start)
+                t0 = time.perf_counter()
+                rows = self.decode(stream[start:start + n], logits_from=0)
+                if start == prefixes[0]:
+                    timings[n] = time.perf_counter() - t0
+                if exact == n - 1 and np.array_equal(rows, singles[:n]):
+                    exact = n
+            if start == prefixes[0]:
+                timings[1] = float(np.median(single_s))
+            best = min(best, exact)
         self._exact_batch, self._timings = best, timings
         self.reset()
         if saved:

@@ -584,15 +584,15 @@ def models_pull(names: List[str] = typer.Argument(..., help="Model names (name o
     """Download models into the Hugging Face cache (or assemble a mirror);
     prints each file's path on stdout."""
     from . import render
-    from .download import fetch, local_path, split_quant
+    from .download import resolve, split_quant
     from .registry import load_registry
 
     reg = load_registry()
-    entries = [(reg.lookup(split_quant(n)[0]), split_quant(n)[1]) for n in names]
+    for n in names:  # every name is checked before anything is downloaded
+        reg.lookup(split_quant(n)[0])
     with render.download_progress() as progress:
-        for entry, quant in entries:
-            path = local_path(entry, quant) or fetch(entry, quant, progress=progress(entry.name))
-            print(path, flush=True)
+        for n in names:
+            print(resolve(n, registry=reg, progress=progress(n)), flush=True)
 
 
 @models_app.command("info")

@@ -55,23 +55,19 @@ def local_path(entry: ModelEntry, quant: str | None = None) -> Path | None:
 
 
 def resolve(arg: str, *, registry: Registry | None = None,
-            progress: Progress | None = None, pull: bool = True) -> Path:
-    """A model argument (name, alias, name:QUANT or path) -> local file."""
+            progress: Progress | None = None) -> Path:
+    """A model argument (name, alias, name:QUANT or path) -> local file,
+    downloaded first if it is missing."""
+    registry = registry or load_registry()
     name, quant = split_quant(arg)
-    if is_path(arg) and not (registry or load_registry()).entries.get(arg):
+    if is_path(arg) and arg not in registry.entries:
         path = Path(arg).expanduser()
         if not path.is_file():
             raise SpecError(f"model file not found: {path}",
                             hint="Check the path, or give a registered name (`spec-cli models list`).")
         return path
-    entry = (registry or load_registry()).lookup(name)
-    hit = local_path(entry, quant)
-    if hit is not None or not pull:
-        if hit is None:
-            raise SpecError(f"model {entry.name} is not downloaded",
-                            hint=f"Run `spec-cli models pull {entry.name}`.")
-        return hit
-    return fetch(entry, quant, progress=progress)
+    entry = registry.lookup(name)
+    return local_path(entry, quant) or fetch(entry, quant, progress=progress)
 
 
 def fetch(entry: ModelEntry, quant: str | None = None, *,

@@ -44,9 +44,9 @@ def check_identical(target, draft, items):
 
 
 def test_identical_on_bench_prompts(target, draft):
-    items = (bench_prompts("code-edit.jsonl", 4) + bench_prompts("humaneval-completion.jsonl", 4)
-             + bench_prompts("mt-bench.jsonl", 2))
-    assert len(items) >= 10
+    items = (bench_prompts("code-edit.jsonl", 3) + bench_prompts("humaneval-completion.jsonl", 3)
+             + bench_prompts("mt-bench.jsonl", 2) + bench_prompts("summarization.jsonl", 2))
+    assert len(items) >= 10  # summarization prompts put 600+ tokens in the KV cache
     accepted, drafted = check_identical(target, draft, items)
     assert drafted > 0 and accepted / drafted > 0.3  # a real pair: the draft mostly agrees
 
