@@ -11,7 +11,9 @@ the k that maximises E(k)/T(k), k = 0 (no drafting) included, so drafting
 turns off when it does not pay and back on when it would:
 
   * c(n) starts from timings measured at load and follows the verify times
-    seen (exponential moving average per batch size);
+    seen: each measurement moves the whole curve a little (a busy machine
+    slows every size alike) and its own size more; while drafting, one step
+    in `plain_every` goes without, so c(1) stays measured too;
   * d follows the draft's measured cost per token (0 for n-gram lookup);
   * a_j follows the acceptance seen at each draft position, per proposer;
     a draft model's own confidence (its top probability) refines it token
@@ -27,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-EMA = 0.15
+EMA = 0.3
+LEVEL_EMA = 0.1
 
 
 def expected_tokens(accept: list[float]) -> float:
@@ -72,7 +75,13 @@ class CostModel:
         return self.verify_s[-1] * n / len(self.verify_s)
 
     def observe_verify(self, n: int, seconds: float) -> None:
-        if 1 <= n <= len(self.verify_s):
+        """Follow a measured batch: the whole curve moves with the machine's
+        pace (a busy machine slows every size alike), then the size seen is
+        corrected on its own."""
+        if 1 <= n <= len(self.verify_s) and seconds > 0:
+            ratio = seconds / self.verify_s[n - 1]
+            level = 1.0 + LEVEL_EMA * (ratio - 1.0)
+            self.verify_s = [c * level for c in self.verify_s]
             self.verify_s[n - 1] += EMA * (seconds - self.verify_s[n - 1])
 
     def observe_draft(self, proposer: str, n_tokens: int, seconds: float) -> None:
@@ -113,10 +122,12 @@ PRIORS = {"ngram1": 0.3, "ngram2": 0.5, "ngram3": 0.65, "ngram4": 0.8, "ngram8":
 class Policy:
     """Decides, step by step, how many tokens each proposer should draft."""
 
-    def __init__(self, cost: CostModel, *, k_max: int, probe_every: int = 32):
+    def __init__(self, cost: CostModel, *, k_max: int, probe_every: int = 32, plain_every: int = 16):
         self.cost = cost
         self.k_max = k_max
         self.probe_every = probe_every
+        self.plain_every = plain_every
+        self._drafting = 0
         self.accept: dict[str, Acceptance] = {}
         self._idle: dict[str, int] = {}
         self._wait: dict[str, int] = {}
@@ -150,6 +161,9 @@ class Policy:
         if k > 0:
             self._idle[proposer] = 0
             self._wait[proposer] = self.probe_every
+            self._drafting += 1
+            if self._drafting % self.plain_every == 0:
+                return 0  # a plain step now and then keeps c(1), the bar to beat, measured
             return k
         # Not worth it on what we know.  If even a draft that is always
         # accepted would not pay (the draft is too slow for this target),
