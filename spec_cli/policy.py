@@ -116,13 +116,13 @@ class Acceptance:
 
 
 # acceptance before anything is seen; n-gram matches by length
-PRIORS = {"ngram1": 0.3, "ngram2": 0.5, "ngram3": 0.65, "ngram4": 0.8, "ngram8": 0.95, "draft": 0.8}
+PRIORS = {"ngram1": 0.2, "ngram2": 0.4, "ngram3": 0.6, "ngram4": 0.8, "ngram8": 0.95, "draft": 0.8}
 
 
 class Policy:
     """Decides, step by step, how many tokens each proposer should draft."""
 
-    def __init__(self, cost: CostModel, *, k_max: int, probe_every: int = 32, plain_every: int = 16):
+    def __init__(self, cost: CostModel, *, k_max: int, probe_every: int = 64, plain_every: int = 16):
         self.cost = cost
         self.k_max = k_max
         self.probe_every = probe_every

@@ -44,7 +44,7 @@ def test_rejections_turn_drafting_off_and_probes_turn_it_back_on():
     assert policy.plan("draft", 8) > 0
     for _ in range(40):
         policy.observe("draft", drafted=4, accepted=0, draft_s=0.008, verify_s=0.022)
-    plans = [policy.plan("draft", 8) for _ in range(40)]
+    plans = [policy.plan("draft", 8) for _ in range(2 * policy.probe_every)]
     assert plans[0] == 0 and any(plans)  # off, with a probe after a while
     for _ in range(40):
         policy.observe("draft", drafted=8, accepted=8, draft_s=0.016, verify_s=0.024)
