@@ -375,7 +375,7 @@ def complete(
     prefix = sys.stdin.read()
     if suffix_file is not None and suffix is not None:
         raise SpecError("give --suffix or --suffix-file, not both")
-    after = _read_file_allow_empty(suffix_file) if suffix_file is not None else (suffix or "")
+    after = _read_file(suffix_file, what="suffix file", allow_empty=True) if suffix_file is not None else (suffix or "")
     if not prefix and not after:
         raise SpecError("nothing to complete: the prefix on stdin and the suffix are both empty")
     sampling = _sampling(temp, top_k, top_p, min_p)
@@ -413,15 +413,6 @@ def complete(
             raise typer.Exit(130)
     finally:
         pair.close()
-
-
-def _read_file_allow_empty(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"cannot read {path}: {e}") from e
 
 
 @app.command()
@@ -530,15 +521,15 @@ def _stdout_write(text: str) -> None:
     sys.stdout.flush()
 
 
-def _read_file(path: Path) -> str:
+def _read_file(path: Path, *, what: str = "prompt file", allow_empty: bool = False) -> str:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(f"prompt file not found: {path}") from None
+        raise SpecError(f"{what} not found: {path}") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"cannot read prompt file {path}: {e}") from e
-    if not text.strip():
-        raise SpecError(f"the prompt file {path} is empty")
+        raise SpecError(f"cannot read {what} {path}: {e}") from e
+    if not allow_empty and not text.strip():
+        raise SpecError(f"the {what} {path} is empty")
     return text
 
 

@@ -11,14 +11,10 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Callable
-
 from . import mirror as mirror_mod
+from .mirror import Progress
 from .errors import SpecError
 from .registry import ModelEntry, Registry, cache_dir, load_registry
-
-Progress = Callable[[int, int], None]
-
 
 def split_quant(arg: str) -> tuple[str, str | None]:
     """`name:Q8_0` -> ("name", "Q8_0")."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from .backend import LoadConfig, Model
 from .errors import SpecError
 from .proposers import DraftModel, Hybrid, NGram, NoDraft, Proposer
 from .sampling import SamplingConfig
+
+if TYPE_CHECKING:
+    from .stats import Stats
 
 PROPOSERS = ("hybrid", "draft", "ngram", "none")
 NEEDS_DRAFT = ("hybrid", "draft")

@@ -1,13 +1,11 @@
 """The real `spec-cli` command, run as a user runs it (subprocess)."""
 
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
 
-import pytest
 
 ANSI = re.compile(r"\x1b\[")
 SMALL = ["--target", "smollm2-135m", "--ctx", "1024"]

@@ -2,7 +2,6 @@
 completion, document drafting, and the live view."""
 
 import json
-import os
 import re
 import signal
 import subprocess

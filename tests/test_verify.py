@@ -5,7 +5,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from spec_cli import verify as verify_mod
 from spec_cli.verify import verify
 
 from stat_helpers import as_probs, chi2_fits
