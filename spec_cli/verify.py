@@ -12,14 +12,23 @@ distributions q_1..q_{k+1} scored in one target batch:
 
 The emitted tokens then follow the target distribution exactly.  Greedy
 decoding is the special case where p and q are one-hot; a point-mass draft
-(n-gram lookup) is the case p_i = one-hot(x_i), passed as `p=None`.
+(n-gram lookup) is the case p_i = one-hot(x_i), passed as `p=None`.  This is
+`--rule residual`: the highest acceptance for a sampled draft, but the text
+depends on what was drafted.
+
+The default rule, `verify_choices`, couples draft and target through shared
+Gumbel noise (sampling.choose): the target's token at each position is fixed
+by the seed, and a draft token is accepted when it is that token.  Exact
+too, and the text no longer depends on the drafts (Daliri, Musco, Suresh
+2024); its acceptance is at least (1-TV)/(1+TV) against the residual
+rule's 1-TV.
 
 Pure numpy, no I/O; randomness comes only from the given Generator.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -70,12 +79,24 @@ def _draw(dist: np.ndarray, rng: np.random.Generator) -> int:
     return sample(dist, rng)
 
 
+def verify_choices(draft: Sequence[int], choice: Callable[[int], int]) -> tuple[int, int]:
+    """The coupled rule (Gumbel-max, and greedy as its zero-noise case):
+    `choice(i)` is the target's own token at row i, a function of its
+    distribution there and the seed only.  Accept while the draft token is
+    that choice; where they part (or at the bonus row) emit the target's
+    choice.  Every emitted token is the target's choice, so the text does
+    not depend on what was drafted.  Rows past the first mismatch are never
+    looked at."""
+    n = 0
+    while True:
+        t = int(choice(n))
+        if n == len(draft) or draft[n] != t:
+            return n, t
+        n += 1
+
+
 def verify_greedy(draft: Sequence[int], target_argmax: Sequence[int]) -> tuple[int, int]:
     """The rule when p and q are both one-hot (temperature 0), without
-    building the one-hot rows: accept while the draft token is the target's
-    argmax; the next token is the target's argmax where they part (or the
-    bonus position).  Same result as `verify` on one-hot p and q."""
-    n = 0
-    while n < len(draft) and draft[n] == target_argmax[n]:
-        n += 1
-    return n, int(target_argmax[n])
+    building the one-hot rows: `verify_choices` over the target's argmaxes.
+    Same result as `verify` on one-hot p and q."""
+    return verify_choices(draft, target_argmax.__getitem__)

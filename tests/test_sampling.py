@@ -73,3 +73,22 @@ def test_sample_follows_distribution():
     n = 20000
     counts = np.bincount([sample(p, rng) for _ in range(n)], minlength=3)
     assert np.allclose(counts / n, p, atol=0.015)
+
+
+def test_gumbel_noise_is_keyed_by_seed_position_and_token():
+    from spec_cli.sampling import gumbel
+    ids = np.arange(1000)
+    g = gumbel(7, 3, ids)
+    assert np.array_equal(gumbel(7, 3, ids[[5, 900, 17]]), g[[5, 900, 17]])  # any subset alone
+    assert not np.array_equal(gumbel(7, 4, ids), g) and not np.array_equal(gumbel(8, 3, ids), g)
+    big = gumbel(1, 0, np.arange(200_000))
+    assert abs(big.mean() - 0.5772) < 0.01 and abs(big.std() - np.pi / np.sqrt(6)) < 0.01  # standard Gumbel
+
+
+def test_choose_is_greedy_at_temperature_zero_and_respects_filters():
+    from spec_cli.sampling import choose
+    logits = np.array([0.0, 3.0, 2.9, -1.0, 1.0])
+    assert all(choose(logits, SamplingConfig(), s, 0) == 1 for s in range(50))
+    top2 = SamplingConfig(temperature=1.0, top_k=2)
+    picks = {choose(logits, top2, s, p) for s in range(200) for p in range(3)}
+    assert picks == {1, 2}

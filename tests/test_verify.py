@@ -49,9 +49,10 @@ def test_all_zero_residual_falls_back_to_target():
     q = np.array([[0.5, 0.5], [0.5, 0.5]])
     p = np.array([[0.9, 0.6]])
     rng = np.random.default_rng(3)
-    for _ in range(200):
-        n, tok = verify([0], p, q, rng)
-        assert tok in (0, 1)
+    outcomes = Counter(verify([0], p, q, rng) for _ in range(2000))
+    assert set(outcomes) == {(1, 0), (1, 1), (0, 0), (0, 1)}  # q drawn after a rejection, not nothing
+    rejected = outcomes[(0, 0)] + outcomes[(0, 1)]
+    assert abs(rejected / 2000 - (1 - 0.5 / 0.9)) < 0.05
 
 
 # -- statistics: the emitted tokens follow q ------------------------------
@@ -117,3 +118,63 @@ def test_same_seed_same_decisions():
     a = draw_first_two(verify, 300, 2, np.random.default_rng(5))
     b = draw_first_two(verify, 300, 2, np.random.default_rng(5))
     assert a == b
+
+
+# -- the Gumbel coupling (the default rule) --------------------------------
+
+from spec_cli.sampling import choose_from_probs  # noqa: E402
+from spec_cli.verify import verify_choices  # noqa: E402
+
+
+def coupled_first_two(n, k, *, choose=choose_from_probs, rule=verify_choices):
+    """First two tokens of n seeds: a context-free draft (P) proposes its own
+    Gumbel-max choices with the seed's noise; the coupled rule accepts those
+    equal to the target's (Q) choices.  Also returns whether the text was the
+    target's own choices, whatever was drafted."""
+    counts, invariant = Counter(), True
+    for seed in range(n):
+        out = []
+        while len(out) < 2:
+            pos = len(out)
+            draft = [choose(P, seed, pos + i) for i in range(k)]
+            n_acc, nxt = rule(draft, lambda i: choose(Q, seed, pos + i))
+            out += draft[:n_acc] + [nxt]
+        counts[tuple(out[:2])] += 1
+        invariant &= out[:2] == [choose(Q, seed, 0), choose(Q, seed, 1)]
+    return counts, invariant
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_gumbel_output_follows_target_and_ignores_the_draft(k):
+    n = 6000
+    counts, invariant = coupled_first_two(n, k)
+    fits, stat, crit = chi2_fits(counts, EXPECTED, n)
+    assert fits, f"chi2 {stat:.1f} > {crit:.1f}: output does not follow q"
+    assert invariant  # the same seed gives the target alone's tokens
+
+
+def test_gumbel_check_catches_wrong_rules():
+    n = 6000
+
+    def everything(draft, choice):
+        return len(draft), int(choice(len(draft)))
+
+    counts, _ = coupled_first_two(n, 3, rule=everything)
+    fits, stat, crit = chi2_fits(counts, EXPECTED, n)
+    assert not fits, f"accept-everything: chi2 {stat:.1f} <= {crit:.1f}: the check is blind"
+
+    def same_noise_everywhere(q, seed, pos):  # noise not keyed by position
+        return choose_from_probs(q, seed, 0)
+
+    counts, _ = coupled_first_two(n, 1, choose=same_noise_everywhere)
+    fits, stat, crit = chi2_fits(counts, EXPECTED, n)
+    assert not fits, f"position-blind noise: chi2 {stat:.1f} <= {crit:.1f}: the check is blind"
+
+
+def test_gumbel_acceptance_is_at_least_the_coupling_bound():
+    """Acceptance of a one-token draft under the coupling is at least
+    (1 - TV) / (1 + TV) (Daliri, Musco, Suresh 2024)."""
+    tv = 0.5 * np.abs(P - Q).sum()
+    n = 6000
+    hits = sum(choose_from_probs(P, s, 0) == choose_from_probs(Q, s, 0) for s in range(n))
+    assert hits / n >= (1 - tv) / (1 + tv) - 3 * np.sqrt(0.25 / n)
