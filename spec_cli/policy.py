@@ -10,14 +10,23 @@ it were.  The target alone makes 1/c(1) tokens a second.  Each step picks
 the k that maximises E(k)/T(k), k = 0 (no drafting) included, so drafting
 turns off when it does not pay and back on when it would:
 
-  * c(n) starts from timings measured at load and follows the verify times
-    seen: each measurement moves the whole curve a little (a busy machine
-    slows every size alike) and its own size more; while drafting, one step
-    in `plain_every` goes without, so c(1) stays measured too;
-  * d follows the draft's measured cost per token (0 for n-gram lookup);
+  * c(n) starts from the curve probed at load (probe.py) and is then learned
+    from the real steps: each measurement moves every size with the
+    machine's pace, and its own size toward what was measured, so the
+    curve's shape is learned as well as its level.  While drafting, one
+    step in `plain_every` goes without, so c(1), the bar to beat, stays
+    measured too; a large change of pace makes the next probe come soon;
+  * d follows the draft's measured cost per token (0 for n-gram lookup); a
+    draft model that has not read the prompt yet is charged its catch-up
+    once, against the time it would save over the tokens still to come;
   * a_j follows the acceptance seen at each draft position, per proposer;
     a draft model's own confidence (its top probability) refines it token
     by token, so a draft stops early where it is unsure.
+
+Beside the model, a safeguard that believes only the clock: the realised
+tokens per second of each proposer's drafting steps against plain steps,
+over a recent window.  When drafting is losing it stops, whatever the model
+predicts, and comes back only through probes that show it winning.
 
 While drafting is off, a short draft now and then (after `probe_every` steps,
 then twice as long after each look that changes nothing) keeps the
@@ -27,10 +36,12 @@ not pay, as for a draft model nearly as slow as its target.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 EMA = 0.3
-LEVEL_EMA = 0.1
+PACE_EMA = 0.3   # in log space
+PACE_CHANGE = 1.5  # a pace this much off since the last look makes the next look come soon
 
 
 def expected_tokens(accept: list[float]) -> float:
@@ -42,10 +53,15 @@ def expected_tokens(accept: list[float]) -> float:
     return total
 
 
-@dataclass
 class CostModel:
-    verify_s: list[float]              # c(n) at index n-1
-    draft_s: dict[str, float] = field(default_factory=dict)  # per proposer, seconds per draft token
+    """c(n), the seconds a target batch of n tokens takes, and the draft
+    cost per token of each proposer."""
+
+    def __init__(self, prior: list[float], draft_s: dict[str, float] | None = None):
+        self.prior = list(prior)            # c(n) at index n-1, from the probe
+        self.draft_s = dict(draft_s or {})  # per proposer, seconds per draft token
+        self.pace = 1.0                     # the machine's pace against the prior, all sizes alike
+        self._seen: dict[int, tuple[float, float]] = {}  # n -> (seconds, pace then)
 
     @classmethod
     def from_timings(cls, timings: dict[int, float], n_max: int) -> "CostModel":
@@ -68,21 +84,31 @@ class CostModel:
                 out.append(above[0][1] * n / above[0][0])
         return cls(out)
 
+    @property
+    def verify_s(self) -> list[float]:
+        return [self.c(n) for n in range(1, len(self.prior) + 1)]
+
+    def _prior(self, n: int) -> float:
+        if n <= len(self.prior):
+            return self.prior[n - 1]
+        return self.prior[-1] * n / len(self.prior)
+
     def c(self, n: int) -> float:
         n = max(1, n)
-        if n <= len(self.verify_s):
-            return self.verify_s[n - 1]
-        return self.verify_s[-1] * n / len(self.verify_s)
+        if n in self._seen:
+            seconds, pace = self._seen[n]
+            return seconds * self.pace / pace
+        return self._prior(n) * self.pace
 
     def observe_verify(self, n: int, seconds: float) -> None:
-        """Follow a measured batch: the whole curve moves with the machine's
-        pace (a busy machine slows every size alike), then the size seen is
-        corrected on its own."""
-        if 1 <= n <= len(self.verify_s) and seconds > 0:
-            ratio = seconds / self.verify_s[n - 1]
-            level = 1.0 + LEVEL_EMA * (ratio - 1.0)
-            self.verify_s = [c * level for c in self.verify_s]
-            self.verify_s[n - 1] += EMA * (seconds - self.verify_s[n - 1])
+        """Learn from a measured batch of n: every size moves with the
+        machine's pace (a busy machine slows them all), then size n moves
+        toward what was measured (the curve's shape is learned too)."""
+        if n < 1 or seconds <= 0:
+            return
+        self.pace *= (seconds / self.c(n)) ** PACE_EMA
+        now = self.c(n)
+        self._seen[n] = (now + EMA * (seconds - now), self.pace)
 
     def observe_draft(self, proposer: str, n_tokens: int, seconds: float) -> None:
         if n_tokens > 0:
@@ -90,9 +116,11 @@ class CostModel:
             old = self.draft_s.get(proposer)
             self.draft_s[proposer] = per if old is None else old + EMA * (per - old)
 
+    def step_s(self, k: int, draft_cost: float) -> float:
+        return self.c(k + 1) + k * draft_cost
+
     def rate(self, accept: list[float], draft_cost: float) -> float:
-        k = len(accept)
-        return expected_tokens(accept) / (self.c(k + 1) + k * draft_cost)
+        return expected_tokens(accept) / self.step_s(len(accept), draft_cost)
 
 
 @dataclass
@@ -115,8 +143,24 @@ class Acceptance:
             self.rates[i] += EMA * (hit - self.rates[i])
 
 
-# acceptance before anything is seen; n-gram matches by length
-PRIORS = {"ngram1": 0.2, "ngram2": 0.4, "ngram3": 0.6, "ngram4": 0.8, "ngram8": 0.95, "draft": 0.8}
+# acceptance before anything is seen; n-gram matches by length; the oracle
+# (bench's ceiling) drafts what the target alone wrote
+PRIORS = {"ngram1": 0.2, "ngram2": 0.4, "ngram3": 0.6, "ngram4": 0.8, "ngram8": 0.95, "draft": 0.8,
+          "oracle": 1.0}
+WINDOW = 32      # drafting steps per proposer kept by the safeguard
+PLAIN_WINDOW = 16
+MIN_DRAFTING, MIN_PLAIN = 8, 4   # evidence before the safeguard judges
+MIN_BACK = 4     # probe steps that must win before a stopped proposer drafts again
+
+
+def group(source: str) -> str:
+    """The safeguard judges n-gram lookups as one proposer."""
+    return "ngram" if source.startswith("ngram") else source
+
+
+def _realised(window) -> float:
+    seconds = sum(s for _, s in window)
+    return sum(t for t, _ in window) / seconds if seconds > 0 else 0.0
 
 
 class Policy:
@@ -127,15 +171,27 @@ class Policy:
         self.k_max = k_max
         self.probe_every = probe_every
         self.plain_every = plain_every
+        self.horizon = 1 << 30   # tokens still to come (the engine keeps it current)
         self._drafting = 0
         self.accept: dict[str, Acceptance] = {}
         self._idle: dict[str, int] = {}
         self._wait: dict[str, int] = {}
+        self._pace_then: dict[str, float] = {}
+        self._steps: dict[str, deque] = {}      # group -> (tokens, seconds) of drafting steps
+        self._plain: deque = deque(maxlen=PLAIN_WINDOW)
+        self.stopped: set[str] = set()          # groups the safeguard has stopped
 
     def _acc(self, proposer: str) -> Acceptance:
         if proposer not in self.accept:
             self.accept[proposer] = Acceptance(prior=PRIORS.get(proposer, 0.7), n_max=self.k_max)
         return self.accept[proposer]
+
+    def _saves(self, rates: list[float], d: float, setup_s: float) -> bool:
+        """Does drafting len(rates) tokens a step beat the target alone over
+        the tokens still to come, a one-time `setup_s` included?"""
+        per_token = self.cost.step_s(len(rates), d) / expected_tokens(rates)
+        saved = self.cost.c(1) - per_token
+        return saved > 0 and saved * self.horizon > setup_s
 
     def _best(self, rates: list[float], d: float, limit: int) -> int:
         best_k, best = 0, 1.0 / self.cost.c(1)
@@ -145,41 +201,45 @@ class Policy:
                 best_k, best = k, r
         return best_k
 
-    def _cheapest_paying(self, rates: list[float], d: float, limit: int) -> int:
-        """The shortest draft that beats the target alone at these rates (a
-        probe: it risks the least when the draft is wrong)."""
-        base = 1.0 / self.cost.c(1)
-        return next((k for k in range(1, limit + 1) if self.cost.rate(rates[:k], d) > base), 0)
-
-    def plan(self, proposer: str, limit: int) -> int:
-        """The best k (0 = do not draft) for `proposer`, at most `limit`."""
+    def plan(self, proposer: str, limit: int, *, setup_s: float = 0.0) -> int:
+        """The best k (0 = do not draft) for `proposer`, at most `limit`.
+        `setup_s`: what drafting now costs once (a draft model's catch-up)."""
         limit = min(limit, self.k_max)
         if limit <= 0:
             return 0
         d = self.cost.draft_s.get(proposer, 0.0)
-        k = self._best(self._acc(proposer).rates, d, limit)
-        if k > 0:
+        rates = self._acc(proposer).rates
+        k = self._best(rates, d, limit)
+        if k > 0 and not self._saves(rates[:k], d, setup_s):
+            k = 0
+        if k > 0 and group(proposer) not in self.stopped:
             self._idle[proposer] = 0
             self._wait[proposer] = self.probe_every
             self._drafting += 1
             if self._drafting % self.plain_every == 0:
                 return 0  # a plain step now and then keeps c(1), the bar to beat, measured
             return k
-        # Not worth it on what we know.  If even a draft that is always
-        # accepted would not pay (the draft is too slow for this target),
-        # there is nothing to learn; else look again now and then, waiting
-        # twice as long after each look that did not change the answer.
-        ideal = self._cheapest_paying([1.0] * limit, d, limit)
+        # Not worth it on what we know, or the clock says it is losing.  If
+        # even a draft that is always accepted would not pay (the draft is too
+        # slow for this target), there is nothing to learn; else look again
+        # now and then, waiting twice as long after each look that did not
+        # change the answer.
+        ideal = next((n for n in range(1, limit + 1) if self._saves([1.0] * n, d, setup_s)), 0)
         if ideal == 0:
             return 0
         idle = self._idle.get(proposer, 0) + 1
         wait = self._wait.get(proposer, self.probe_every)
+        then = self._pace_then.setdefault(proposer, self.cost.pace)
+        if max(then / self.cost.pace, self.cost.pace / then) > PACE_CHANGE:
+            wait = self.probe_every  # the machine changed: look again soon
+            self._pace_then[proposer] = self.cost.pace
         if idle < wait:
             self._idle[proposer] = idle
             return 0
         self._idle[proposer] = 0
         self._wait[proposer] = min(wait * 2, 1024)
-        return ideal
+        self._pace_then[proposer] = self.cost.pace
+        return max(k, ideal)
 
     def keep_going(self, proposer: str, chain: list[float]) -> bool:
         """After drafting len(chain) tokens whose acceptance chances (the
@@ -194,6 +254,26 @@ class Policy:
     def observe(self, proposer: str, *, drafted: int, accepted: int, draft_s: float,
                 verify_s: float) -> None:
         self.cost.observe_verify(drafted + 1, verify_s)
-        if drafted:
-            self._acc(proposer).observe(drafted, accepted)
-            self.cost.observe_draft(proposer, drafted, draft_s)
+        if not drafted:
+            self._plain.append((1, verify_s))
+            return
+        self._acc(proposer).observe(drafted, accepted)
+        self.cost.observe_draft(proposer, drafted, draft_s)
+        g = group(proposer)
+        steps = self._steps.setdefault(g, deque(maxlen=WINDOW))
+        steps.append((accepted + 1, draft_s + verify_s))
+        self._judge(g, steps)
+
+    def _judge(self, g: str, steps: deque) -> None:
+        """The safeguard: stop a proposer whose drafting steps realise fewer
+        tokens a second than plain steps; let it back after probes win."""
+        if len(self._plain) < MIN_PLAIN:
+            return
+        plain = _realised(self._plain)
+        if g not in self.stopped:
+            if len(steps) >= MIN_DRAFTING and _realised(steps) < plain:
+                self.stopped.add(g)
+                steps.clear()
+        elif len(steps) >= MIN_BACK and _realised(list(steps)[-MIN_BACK:]) >= plain:
+            self.stopped.discard(g)  # the latest probes win on the clock
+            steps.clear()

@@ -78,3 +78,74 @@ def test_verify_greedy_is_verify_on_one_hot_rows():
         q = np.eye(4)[target]
         p = np.eye(4)[draft] if k else np.zeros((0, 4))
         assert verify_greedy(draft, target) == verify(draft, p, q, rng)
+
+
+# -- a simulated clock: the policy against a machine it was not told about --
+
+def simulate(policy, curve, *, steps, accept=0.5, draft_cost=0.0, source="draft", seed=0, k_max=8):
+    """Run the policy for `steps` steps on a machine whose batch of n costs
+    curve(n) seconds; each draft token is accepted with chance `accept`.
+    Returns the k chosen at each step."""
+    rng = np.random.default_rng(seed)
+    ks = []
+    for i in range(steps):
+        k = policy.plan(source, k_max)
+        acc = 0
+        while acc < k and rng.random() < accept:
+            acc += 1
+        policy.observe(source if k else "none", drafted=k, accepted=acc, draft_s=k * draft_cost,
+                       verify_s=curve(i, k + 1))
+        ks.append(k)
+    return ks
+
+
+def quiet(i, n):  # this CPU, quiet: c(2)/c(1) = 1.8, about linear after
+    return 0.052 * (1.0 + 0.8 * (n - 1))
+
+
+def test_a_poisoned_probe_is_unlearned_within_a_few_dozen_steps():
+    # probed while another process used the CPU: c(1) 290 ms, c(2) 397 ms (ratio 1.37)
+    poisoned = {1: 0.290, 2: 0.397, 3: 0.50, 4: 0.60, 8: 1.0, 17: 1.9}
+    policy = Policy(CostModel.from_timings(poisoned, 9), k_max=8)
+    policy.cost.draft_s["draft"] = 0.026  # the 0.5B draft: half the target per token
+    assert policy.plan("draft", 8) > 0  # the poisoned curve makes drafting look good
+    ks = simulate(policy, quiet, steps=300, accept=0.5, draft_cost=0.026)
+    assert sum(ks[48:]) <= 8, f"still drafting: {ks}"  # off within a few dozen steps, only rare probes after
+
+
+def test_a_machine_that_slows_down_mid_run_is_followed():
+    """A GPU-like curve where drafting a free proposer pays; then a second
+    process makes batches dear (CPU-like): drafting stops; it goes away
+    again: drafting comes back through probes."""
+    gpu = {1: 0.020, 2: 0.021, 4: 0.022, 8: 0.024, 17: 0.030}
+    policy = Policy(CostModel.from_timings(gpu, 9), k_max=8, probe_every=8)
+
+    def machine(i, n):
+        if 100 <= i < 300:
+            return 0.060 * n  # busy: a batch of n costs n singles
+        return gpu.get(n, 0.020 + 0.0006 * n)
+
+    ks = simulate(policy, machine, steps=500, accept=0.5, source="ngram4")
+    assert np.mean([k > 0 for k in ks[:100]]) > 0.8      # drafting while batches are cheap
+    assert np.mean([k > 0 for k in ks[160:300]]) < 0.1   # off while they are dear
+    assert np.mean([k > 0 for k in ks[420:]]) > 0.5      # back once the machine is quiet again
+
+
+def test_the_safeguard_stops_drafting_that_loses_on_the_clock():
+    """The model is told drafting pays (a curve that is wrong and never
+    corrected: every batch looks the same size to it); the realised rate
+    says otherwise, and drafting stops."""
+    policy = Policy(CostModel.from_timings({1: 0.05, 17: 0.05}, 9), k_max=8, plain_every=4)
+    policy.cost.observe_verify = lambda n, s: None  # a cost model that cannot learn
+    ks = simulate(policy, quiet, steps=200, accept=0.3, source="ngram4")
+    assert "ngram" in policy.stopped
+    assert sum(k > 0 for k in ks[100:]) <= 4
+
+
+def test_catch_up_is_charged_against_what_drafting_would_save():
+    policy = Policy(CostModel.from_timings(GPU, 17), k_max=8)
+    policy.cost.draft_s["draft"] = 0.001
+    policy.horizon = 200
+    assert policy.plan("draft", 8, setup_s=0.1) > 0     # saves far more than 0.1 s over 200 tokens
+    policy.horizon = 3
+    assert policy.plan("draft", 8, setup_s=0.1) == 0    # three tokens to go: not worth the catch-up
