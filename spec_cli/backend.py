@@ -23,7 +23,7 @@ import llama_cpp
 from .errors import SpecError
 
 _GGUF_MAGIC = b"GGUF"
-_KV_TYPES = {"f16": 1, "q8_0": 8, "bf16": 30}  # enum ggml_type
+_Q8_0 = 8  # enum ggml_type
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,12 @@ class LoadConfig:
     n_threads: int = 0          # 0 = every core
     gpu_layers: int = 0         # -1 = all
     n_batch: int = 512
-    # llama.cpp's CPU weight repacking speeds up large batches but rounds
-    # batches of 4+ tokens differently from single tokens; off by default so
-    # verification batches stay bitwise equal to one-token decoding longer.
-    repack: bool = False
-    kv_type: str = "q8_0"       # f16 | q8_0 | bf16 (see the note in Model.__init__)
+    # False: llama.cpp's fast path for the backend (its own choices of flash
+    # attention, KV type and CPU weight repacking); a batch's logits then
+    # differ from one-token decodes in the last bits, as in every engine.
+    # True: the batch-invariant CPU configuration (see Model.__init__), and
+    # verification batches capped where they stay bitwise (probe.py).
+    deterministic: bool = False
 
 
 # -- logging: llama.cpp talks a lot on stderr; keep errors only -------------
@@ -72,7 +73,9 @@ class Model:
         check_gguf(self.path)
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = cfg.gpu_layers if cfg.gpu_layers >= 0 else 1_000_000
-        mparams.use_extra_bufts = cfg.repack
+        if cfg.deterministic:
+            # CPU weight repacking rounds batches of 4+ tokens differently
+            mparams.use_extra_bufts = False
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise SpecError(f"llama.cpp could not load {self.path}",
@@ -90,13 +93,13 @@ class Model:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
-        # Flash attention over a Q8_0 KV cache: llama.cpp's CPU kernel then
-        # treats every query row alike whatever the batch, whereas over an
-        # F16 cache it splits a single query's KV across threads (from 512
-        # entries on) and rounds differently from a batch.  It also halves
-        # the cache's memory.
-        cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
-        cparams.type_k = cparams.type_v = _KV_TYPES[cfg.kv_type]
+        if cfg.deterministic:
+            # Flash attention over a Q8_0 KV cache: llama.cpp's CPU kernel
+            # then treats every query row alike whatever the batch, whereas
+            # over an F16 cache it splits a single query's KV across threads
+            # (from 512 entries on) and rounds differently from a batch.
+            cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
+            cparams.type_k = cparams.type_v = _Q8_0
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
@@ -110,8 +113,10 @@ class Model:
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
         self.tokens: list[int] = []  # what the KV cache holds, position by position
-        self._exact_batch: int | None = None
-        self._timings: dict[int, float] = {}
+        # set by probe.py: seconds per batch of n tokens (the cost model's
+        # prior) and, when deterministic, the largest bitwise-exact batch
+        self.curve: dict[int, float] | None = None
+        self.verify_cap: int | None = None
 
     # -- lifecycle ---------------------------------------------------------
     def close(self) -> None:
@@ -324,79 +329,16 @@ class Model:
         return np.ctypeslib.as_array(ptr, shape=(n_rows * self.n_vocab,)).reshape(n_rows, self.n_vocab).copy()
 
     def fingerprint(self) -> str:
-        """Identifies this file, build and placement, for caching probes."""
+        """Identifies this file, build, placement and numerics, for caching
+        what the probe measured."""
         st = self.path.stat()
         return (f"{self.path.resolve()}|{st.st_size}|{int(st.st_mtime)}|"
-                f"{llama_cpp.__version__}|gpu={self._cfg.gpu_layers}|repack={self._cfg.repack}|"
-                f"kv={self._cfg.kv_type}|probe=3")
+                f"{llama_cpp.__version__}|gpu={self._cfg.gpu_layers}|threads={self._cfg.n_threads}|"
+                f"{'deterministic' if self._cfg.deterministic else 'fast'}|probe=4")
 
-    def exact_batch(self, limit: int = 16, *, known: dict | None = None) -> int:
-        """The largest batch whose logits are bitwise those of one-token
-        decodes, on this build, backend and model (measured once).
-
-        llama.cpp picks matmul kernels by batch size; past some size the
-        kernels round differently and a near-tie can flip the argmax.  The
-        engine keeps verification batches within this size, so greedy output
-        is token-for-token what the target alone writes.  The same probe
-        times each batch size (`batch_timings`), the cost model's prior.
-        `known` takes what `probe_result()` returned earlier for the same
-        fingerprint().
-        """
-        if known is not None:
-            self._exact_batch = int(known["exact_batch"])
-            self._timings = {int(n): float(s) for n, s in known["timings"].items()}
-        if self._exact_batch is None:
-            self._probe(limit)
-        return self._exact_batch
-
-    def batch_timings(self) -> dict[int, float]:
-        """Seconds for a batch of n tokens, n = 1..16, measured at the probe."""
-        self.exact_batch()
-        return dict(self._timings)
-
-    def probe_result(self) -> dict:
-        return {"exact_batch": self.exact_batch(), "timings": self.batch_timings()}
-
-    def _probe(self, limit: int) -> None:
-        """Decode the same tokens one by one and in batches of 2..limit,
-        after a short and after a long cached prefix (kernels change with
-        the cache's length too), and compare the logits bit for bit."""
-        import time
-
-        saved = list(self.tokens)
-        text = self.tokenize("def f(x):\n    return x * 2 + 1  # a probe of batch sizes\n", add_special=False)
-        long_prefix = min(self.n_ctx - limit - 4, 600)  # past 512, where kernels were seen to switch
-        prefixes = [2] + ([long_prefix] if long_prefix > 2 else [])
-        stream = (text * ((max(prefixes) + limit + 2) // max(len(text), 1) + 1))
-        best, timings = limit, {}
-        for start in prefixes:
-            self.reset()
-            self.decode(stream[:start])
-            singles, single_s = [], []
-            for t in stream[start:start + best]:  # no need to look past what failed already
-                t0 = time.perf_counter()
-                singles.append(self.decode([t], logits_from=0)[0])
-                single_s.append(time.perf_counter() - t0)
-            singles = np.stack(singles)
-            exact = 1
-            for n in range(2, best + 1):
-                spent = []
-                for _ in range(3 if start == prefixes[0] and n <= 8 else 1):  # timing: median of 3
-                    self.truncate(start)
-                    t0 = time.perf_counter()
-                    rows = self.decode(stream[start:start + n], logits_from=0)
-                    spent.append(time.perf_counter() - t0)
-                if start == prefixes[0]:
-                    timings[n] = float(np.median(spent))
-                if exact == n - 1 and np.array_equal(rows, singles[:n]):
-                    exact = n
-            if start == prefixes[0]:
-                timings[1] = float(np.median(single_s))
-            best = min(best, exact)
-        self._exact_batch, self._timings = best, timings
-        self.reset()
-        if saved:
-            self.decode(saved)
+    @property
+    def deterministic(self) -> bool:
+        return self._cfg.deterministic
 
     def truncate(self, n: int) -> None:
         """Drop KV entries from position n on."""

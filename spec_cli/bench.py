@@ -2,14 +2,26 @@
 
 For every prompt the runs are interleaved -- target alone, then each
 proposer, prompt after prompt -- so that drift of a noisy machine falls on
-all of them alike.  Times are generation times: the prompt is read (and the
-draft primed) before the clock starts, the same for every run.
+all of them alike.  Every run starts from empty KV caches and is timed end
+to end, as the user waits: from the request to the last token, reading the
+prompt with both models included.  Generation-only speed (after the target
+read the prompt) is the second figure.
+
+`oracle` drafts what the target alone wrote for the same prompt: perfect
+drafts at no cost, the most any proposer can gain here.  Each proposer's
+`ceiling_share` is its gain as a share of the oracle's.
+
+Agreement: where a proposer's tokens part from the target alone's, the
+target's top-1 minus top-2 margin at that position in the baseline run says
+whether it was a near-tie that rounding may flip (default numerics) or a
+bug (a wide margin; or any divergence with --deterministic).
 
 Aggregation is pure (`summarise`), so it is tested on made-up runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -21,16 +33,31 @@ from .errors import SpecError
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "data" / "bench.jsonl"
 
 
+# Default numerics: a batch row's logits differ from the same token decoded
+# alone by at most DELTA_MAX on any token (measured over batches of 2-17
+# after 2-1200 cached tokens: 1.10 SmolLM2-135M Q4_1, 0.86 Qwen2.5-Coder-1.5B
+# Q4_K_M, 0.70 Qwen2.5-Coder-0.5B, on this project's CPU; tests/test_numerics.py
+# checks it), so the gap between two tokens moves by at most twice that: a
+# divergence at a wider margin is not rounding.
+DELTA_MAX = 1.25
+NEAR_TIE = 2 * DELTA_MAX
+PROPOSERS = ("hybrid", "draft", "ngram", "oracle")
+
+
 @dataclass(frozen=True)
 class Variant:
-    """A proposer, adaptive (`draft_max` is the cap) or at a fixed length."""
+    """A proposer under a rule, adaptive (`draft_max` is the cap) or at a
+    fixed length."""
 
     proposer: str
     fixed: int | None = None
+    rule: str = "gumbel"
+    show_rule: bool = False
 
     @property
     def label(self) -> str:
-        return self.proposer if self.fixed is None else f"{self.proposer}@{self.fixed}"
+        name = self.proposer if self.fixed is None else f"{self.proposer}@{self.fixed}"
+        return f"{name}/{self.rule}" if self.show_rule else name
 
     @classmethod
     def parse(cls, text: str) -> "Variant":
@@ -46,17 +73,23 @@ class Run:
     """One generation: what the engine reported."""
 
     tokens: list[int]
-    gen_s: float
+    gen_s: float            # after the target read the prompt
     draft_s: float
     verify_s: float
     drafted: int
     accepted: int
-    steps: int
     per_position: list[list[int]] = field(default_factory=list)
+    wall_s: float = 0.0     # end to end: request to last token
+    ttft_s: float = 0.0     # request to first token
+    margins: list[float] = field(default_factory=list)  # baseline: margin at each decision
 
     @property
     def speed(self) -> float:
         return len(self.tokens) / self.gen_s if self.gen_s > 0 else 0.0
+
+    @property
+    def speed_e2e(self) -> float:
+        return len(self.tokens) / self.wall_s if self.wall_s > 0 else 0.0
 
 
 def load_prompts(path: Path, n: int | None) -> list[dict]:
@@ -82,9 +115,25 @@ def load_prompts(path: Path, n: int | None) -> list[dict]:
     return items[:n] if n else items
 
 
-def summarise(file: str, variant: str, runs: list[tuple[Run, Run]], *, greedy: bool) -> dict:
-    """One set's line: `runs` pairs (target alone, this proposer) by prompt."""
+def divergence(base: Run, other: Run) -> float | None:
+    """The baseline's margin where `other` parts from it; None if equal."""
+    if base.tokens == other.tokens:
+        return None
+    j = next((i for i, (a, b) in enumerate(zip(base.tokens, other.tokens)) if a != b),
+             min(len(base.tokens), len(other.tokens)))
+    return base.margins[j] if j < len(base.margins) else float("inf")
+
+
+def _spread(xs: list[float]) -> tuple[float, float, float]:
+    return (statistics.median(xs), min(xs), max(xs)) if xs else (0.0, 0.0, 0.0)
+
+
+def summarise(file: str, variant: str, runs: list[tuple[Run, Run]], *, coupled: bool) -> dict:
+    """One set's line: `runs` pairs (target alone, this proposer) by prompt.
+    `coupled`: the text should not depend on the drafts (greedy, or the
+    Gumbel rule), so agreement with the target alone is measured."""
     speedups = [p.speed / b.speed for b, p in runs if b.speed > 0 and p.speed > 0]
+    e2e = [p.speed_e2e / b.speed_e2e for b, p in runs if b.speed_e2e > 0 and p.speed_e2e > 0]
     gen = sum(p.gen_s for _, p in runs)
     tokens = sum(len(p.tokens) for _, p in runs)
     drafted = sum(p.drafted for _, p in runs)
@@ -100,13 +149,18 @@ def summarise(file: str, variant: str, runs: list[tuple[Run, Run]], *, greedy: b
     verify_s = sum(p.verify_s for _, p in runs)
     other = max(gen - draft_s - verify_s, 0.0)
     steps_drafting = sum(p.per_position[0][0] if p.per_position else 0 for _, p in runs)
+    margins = [m for b, p in runs if (m := divergence(b, p)) is not None]
+    med, lo, hi = _spread(speedups)
+    e_med, e_lo, e_hi = _spread(e2e)
+    agree = sum(b.tokens == p.tokens for b, p in runs) / len(runs) if runs else 0.0
     return {
         "file": file,
         "proposer": variant,
         "prompts": len(runs),
-        "speedup_median": statistics.median(speedups) if speedups else 0.0,
-        "speedup_min": min(speedups) if speedups else 0.0,
-        "speedup_max": max(speedups) if speedups else 0.0,
+        "speedup_e2e_median": e_med, "speedup_e2e_min": e_lo, "speedup_e2e_max": e_hi,
+        "speedup_median": med, "speedup_min": lo, "speedup_max": hi,
+        "ttft_s": statistics.median([p.ttft_s for _, p in runs]) if runs else 0.0,
+        "baseline_ttft_s": statistics.median([b.ttft_s for b, _ in runs]) if runs else 0.0,
         "tokens_per_s": tokens / gen if gen else 0.0,
         "baseline_tokens_per_s": sum(len(b.tokens) for b, _ in runs) / max(sum(b.gen_s for b, _ in runs), 1e-9),
         "acceptance_rate": accepted / drafted if drafted else 0.0,
@@ -115,17 +169,49 @@ def summarise(file: str, variant: str, runs: list[tuple[Run, Run]], *, greedy: b
         "draft_share": draft_s / gen if gen else 0.0,
         "verify_share": verify_s / gen if gen else 0.0,
         "overhead_share": other / gen if gen else 0.0,
-        "identical": all(b.tokens == p.tokens for b, p in runs) if greedy else None,
+        "agreement": agree if coupled else None,
+        "identical": agree == 1.0 if coupled else None,
+        "max_divergence_margin": (max(margins) if margins else 0.0) if coupled else None,
+        "ceiling_share": None,
     }
+
+
+def add_ceiling_shares(sets: list[dict]) -> None:
+    """ceiling_share = (speedup - 1) / (oracle's speedup - 1), end to end,
+    against the oracle of the same prompt file and rule."""
+    def key(s):
+        return s["file"], s["proposer"].partition("/")[2]
+
+    oracle = {key(s): s["speedup_e2e_median"] for s in sets if s["proposer"].split("/")[0] == "oracle"}
+    for s in sets:
+        top = oracle.get(key(s))
+        if top is not None and top > 1.0:
+            s["ceiling_share"] = (s["speedup_e2e_median"] - 1.0) / (top - 1.0)
+
+
+def problems(sets: list[dict], *, deterministic: bool) -> list[str]:
+    """What must not happen: any divergence with --deterministic; one at a
+    margin wider than rounding explains in the default mode."""
+    out = []
+    for s in sets:
+        if s["agreement"] is None:
+            continue
+        name = f"{Path(s['file']).name} {s['proposer']}"
+        if deterministic and s["agreement"] < 1.0:
+            out.append(f"{name}: output differs from the target alone with --deterministic")
+        elif s["max_divergence_margin"] > NEAR_TIE:
+            out.append(f"{name}: output parts from the target alone at a margin of "
+                       f"{s['max_divergence_margin']:.3f} logits (rounding explains at most {NEAR_TIE})")
+    return out
 
 
 def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: int | None, gen_base,
               on_progress: Callable[[str], None] | None = None) -> list[dict]:
     """Run every prompt of every file: target alone, then each variant."""
-    import dataclasses
-
+    from .proposers import Oracle
     from .runner import prompt_tokens
 
+    seed = gen_base.seed or 0
     sets = []
     for path in files:
         items = load_prompts(path, n_prompts)
@@ -134,28 +220,32 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
             if on_progress:
                 on_progress(f"{path.name} {j + 1}/{len(items)} {item['id']}")
             tokens = prompt_tokens(pair.target, item["prompt"], raw=item["kind"] == "completion")
-            base_cfg = dataclasses.replace(gen_base, adaptive=False)
-            base = _one(pair, tokens, base_cfg, pair.proposer_named("none", gen_base.sampling, gen_base.seed or 0))
+            base_cfg = dataclasses.replace(gen_base, adaptive=False, margins=True)
+            base = _one(pair, tokens, base_cfg, pair.proposer_named("none", gen_base.sampling, seed))
             for v in variants:
-                cfg = dataclasses.replace(gen_base, adaptive=v.fixed is None,
+                cfg = dataclasses.replace(gen_base, adaptive=v.fixed is None, rule=v.rule,
                                           draft_max=v.fixed if v.fixed is not None else gen_base.draft_max)
-                prop = pair.proposer_named(v.proposer, gen_base.sampling, gen_base.seed or 0)
+                prop = (Oracle(base.tokens) if v.proposer == "oracle"
+                        else pair.proposer_named(v.proposer, gen_base.sampling, seed, rule=v.rule))
                 pairs[v.label].append((base, _one(pair, tokens, cfg, prop)))
         for v in variants:
-            sets.append(summarise(str(path), v.label, pairs[v.label], greedy=gen_base.sampling.greedy))
+            coupled = gen_base.sampling.greedy or v.rule == "gumbel"
+            sets.append(summarise(str(path), v.label, pairs[v.label], coupled=coupled))
+    add_ceiling_shares(sets)
     return sets
 
 
 def _one(pair, tokens, cfg, proposer) -> Run:
     from .runner import stream
 
+    pair.reset()  # from nothing, as a user's request: both models read the prompt
     out = stream(pair, tokens, cfg, proposer=proposer)
     if out.finish == "interrupted":
         raise KeyboardInterrupt
     s = out.stats
     return Run(tokens=out.tokens, gen_s=s.wall_s - s.prefill_s, draft_s=s.draft_s, verify_s=s.verify_s,
-               drafted=s.drafted, accepted=s.accepted, steps=s.steps,
-               per_position=[list(x) for x in s.per_position])
+               drafted=s.drafted, accepted=s.accepted, per_position=[list(x) for x in s.per_position],
+               wall_s=s.wall_s, ttft_s=s.ttft_s, margins=list(out.margins))
 
 
 def machine() -> dict:
@@ -176,14 +266,19 @@ def machine() -> dict:
             "python": platform.python_version(), "llama_cpp_python": llama_cpp.__version__}
 
 
-def variants_from(proposers: Iterable[str], sweep: str | None) -> list[Variant]:
+def variants_from(proposers: Iterable[str], sweep: str | None, rules: Iterable[str] = ("gumbel",)) -> list[Variant]:
+    rules = list(dict.fromkeys(rules)) or ["gumbel"]
     out = [Variant.parse(p) for p in proposers]
+    for v in out:
+        if v.proposer not in PROPOSERS + ("none",):
+            raise SpecError(f"unknown proposer {v.proposer!r}", hint=f"Choose from: {', '.join(PROPOSERS)}.")
     if sweep:
         try:
             ks = [int(x) for x in sweep.split(",") if x.strip()]
         except ValueError:
             raise SpecError(f"bad --sweep-draft-max {sweep!r}", hint="A list like 1,2,3,4,6,8.") from None
         out += [Variant(v.proposer, k) for v in list(out) if v.fixed is None for k in ks if k > 0]
+    out = [dataclasses.replace(v, rule=r, show_rule=len(rules) > 1) for v in out for r in rules]
     seen, uniq = set(), []
     for v in out:
         if v.label not in seen and v.proposer != "none":

@@ -50,7 +50,19 @@ TopKOpt = typer.Option(0, "--top-k", min=0, help="Keep the k most likely tokens 
 TopPOpt = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (1 = off).")
 MinPOpt = typer.Option(0.0, "--min-p", min=0.0, max=1.0, help="Drop tokens below min_p x the top probability.")
 SeedOpt = typer.Option(None, help="Random seed (default: a fresh one, reported with --json).")
-DraftMaxOpt = typer.Option(6, "--draft-max", min=0, help="Most tokens drafted per step.")
+DraftMaxOpt = typer.Option(16, "--draft-max", min=0,
+                           help="Most tokens drafted per step (the cost model drafts fewer where that pays).")
+DeterministicOpt = typer.Option(
+    False, "--deterministic",
+    help="Bit-for-bit the target alone's output: llama.cpp's batch-invariant CPU settings and "
+         "verification batches capped where their logits equal one-token decodes (slower, "
+         "little speculation on a GPU). Default: llama.cpp's fast kernels; the acceptance rule "
+         "is exact and the output is the target's up to floating-point rounding, as in every engine.")
+RuleOpt = typer.Option(
+    "gumbel", "--rule",
+    help="gumbel: each token is fixed by the seed and the target alone, whatever was drafted | "
+         "residual: the classic rule (higher acceptance for a sampled draft; the text then depends "
+         "on the drafts). Both sample the target's distribution exactly.")
 PMinOpt = typer.Option(0.0, "--p-min", min=0.0, max=1.0,
                        help="Stop drafting when the draft's top probability falls below this.")
 CtxOpt = typer.Option(4096, "--ctx", min=64, help="Context size in tokens, for both models.")
@@ -67,6 +79,14 @@ def _sampling(temp, top_k, top_p, min_p):
         return SamplingConfig(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p)
     except ValueError as e:
         raise SpecError(str(e)) from e
+
+
+def _rule(rule: str) -> str:
+    from .engine import RULES
+
+    if rule not in RULES:
+        raise SpecError(f"unknown rule {rule!r}", hint=f"Choose one of: {', '.join(RULES)}.")
+    return rule
 
 
 def _load(quiet: bool, **pair_kw):
@@ -127,6 +147,8 @@ def generate(
     threads: int = ThreadsOpt,
     gpu_layers: int = GpuOpt,
     draft_gpu_layers: int = DraftGpuOpt,
+    deterministic: bool = DeterministicOpt,
+    rule: str = RuleOpt,
     stop: List[str] = typer.Option([], "--stop", help="Stop at this string (repeatable)."),
     system: Optional[str] = typer.Option(None, "--system", help="System message (chat template only)."),
     raw: bool = typer.Option(False, "--raw", help="No chat template: continue the prompt text as is."),
@@ -146,11 +168,12 @@ def generate(
     sampling = _sampling(temp, top_k, top_p, min_p)
     seed = new_seed() if seed is None else seed
     pair = _load(quiet or as_json, target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
-                 gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min)
+                 gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min,
+                 deterministic=deterministic, rule=_rule(rule))
     try:
         tokens = prompt_tokens(pair.target, text, raw=raw, system=system)
         gen = GenConfig(sampling=sampling, max_tokens=max_tokens, draft_max=draft_max, adaptive=not fixed_draft,
-                        stop=tuple(stop), seed=seed)
+                        stop=tuple(stop), seed=seed, rule=rule)
         to_terminal = out_file is None and not as_json and render.is_tty(sys.stdout) \
             and render.is_tty(sys.stderr) and not quiet
         if out_file is not None:
@@ -212,6 +235,8 @@ def chat(
     threads: int = ThreadsOpt,
     gpu_layers: int = GpuOpt,
     draft_gpu_layers: int = DraftGpuOpt,
+    deterministic: bool = DeterministicOpt,
+    rule: str = RuleOpt,
     quiet: bool = QuietOpt,
 ) -> None:
     """Chat in the model's own chat template.  Each turn evaluates only its
@@ -224,7 +249,8 @@ def chat(
     sampling = _sampling(temp, top_k, top_p, min_p)
     seed = new_seed() if seed is None else seed
     pair = _load(quiet, target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
-                 gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min)
+                 gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min,
+                 deterministic=deterministic, rule=_rule(rule))
     interactive = render.is_tty(sys.stdin)
     if interactive:
         _setup_history()
@@ -272,7 +298,8 @@ def chat(
                              f"--ctx {pair.target.n_ctx})", "Type /reset to start over, or restart with a larger --ctx.")
                 continue
             turn += 1
-            gen = GenConfig(sampling=sampling, max_tokens=max_tokens, draft_max=draft_max, adaptive=not fixed_draft, seed=seed + turn)
+            gen = GenConfig(sampling=sampling, max_tokens=max_tokens, draft_max=draft_max, adaptive=not fixed_draft,
+                            seed=seed + turn, rule=rule)
             live = render.is_tty(sys.stdout) and render.is_tty(sys.stderr) and not quiet
             out = _run_shown(pair, tokens, gen, proposer_obj, label=proposer, quiet=quiet, as_json=False,
                              sink=None if live else _stdout_write)
@@ -328,11 +355,11 @@ def _save_chat(name: str, target: str, messages: list) -> None:
     if not name:
         render.note("usage: /save FILE")
         return
+    from .files import atomic_write
+
     path = Path(name).expanduser()
     try:
-        tmp = path.with_name(f".{path.name}.part")
-        tmp.write_text(json.dumps({"target": target, "messages": messages}, indent=1, ensure_ascii=False))
-        tmp.replace(path)
+        atomic_write(path, json.dumps({"target": target, "messages": messages}, indent=1, ensure_ascii=False))
     except OSError as e:
         render.error(f"cannot save to {path}: {e.strerror}")
         return
@@ -359,6 +386,8 @@ def complete(
     threads: int = ThreadsOpt,
     gpu_layers: int = GpuOpt,
     draft_gpu_layers: int = DraftGpuOpt,
+    deterministic: bool = DeterministicOpt,
+    rule: str = RuleOpt,
     quiet: bool = QuietOpt,
     as_json: bool = typer.Option(False, "--json", help='Print {"completion": ..., "stats": ...}.'),
 ) -> None:
@@ -381,7 +410,8 @@ def complete(
     sampling = _sampling(temp, top_k, top_p, min_p)
     seed = new_seed() if seed is None else seed
     pair = _load(quiet or as_json, target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
-                 gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+                 gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic,
+                 rule=_rule(rule))
     try:
         m = pair.target
         fim = m.special_tokens()
@@ -395,7 +425,8 @@ def complete(
                 render.note(f"{target} has no fill-in-the-middle tokens: continuing the prefix, "
                             "the suffix is not used")
             tokens = m.tokenize(prefix or "\n")
-        gen = GenConfig(sampling=sampling, max_tokens=max_tokens, draft_max=draft_max, adaptive=not fixed_draft, seed=seed)
+        gen = GenConfig(sampling=sampling, max_tokens=max_tokens, draft_max=draft_max, adaptive=not fixed_draft,
+                        seed=seed, rule=rule)
         until = (lambda text: text.count("\n") >= max_lines) if max_lines else None
         out = _run_shown(pair, tokens, gen, pair.proposer(sampling, seed), label=proposer, quiet=True,
                          as_json=as_json, until=until)
@@ -423,8 +454,9 @@ def bench(
     target: str = _target_opt(),
     draft: Optional[str] = DraftOpt,
     proposer: List[str] = typer.Option(["hybrid"], "--proposer",
-                                       help="Proposer to compare with the target alone; repeatable. "
-                                            "NAME@K drafts K tokens every step (no cost model)."),
+                                       help="Proposer to compare with the target alone; repeatable: hybrid, "
+                                            "draft, ngram, or oracle (drafts what the target alone wrote: "
+                                            "the ceiling). NAME@K drafts K tokens every step (no cost model)."),
     sweep_draft_max: Optional[str] = typer.Option(None, "--sweep-draft-max",
                                                   help="Also try each proposer at these fixed lengths, e.g. 1,2,3,4,6."),
     max_tokens: int = typer.Option(128, "--max-tokens", "-n", min=1, help="Tokens per generation."),
@@ -436,24 +468,28 @@ def bench(
     threads: int = ThreadsOpt,
     gpu_layers: int = GpuOpt,
     draft_gpu_layers: int = DraftGpuOpt,
+    deterministic: bool = DeterministicOpt,
+    rule: List[str] = typer.Option(["gumbel"], "--rule",
+                                   help="gumbel | residual; repeatable to compare the two rules."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with a `sets` list."),
 ) -> None:
     """Is it faster on this machine?  The target alone and each proposer,
     interleaved prompt by prompt, with speedups, acceptance and time split."""
     from . import render
-    from .bench import DEFAULT_PROMPTS, machine, run_bench, variants_from
+    from .bench import DEFAULT_PROMPTS, NEAR_TIE, machine, problems, run_bench, variants_from
     from .engine import GenConfig
 
     files = list(prompts) or [DEFAULT_PROMPTS]
     for f in files:
         if not f.is_file():
             raise SpecError(f"prompt file not found: {f}")
-    variants = variants_from(proposer, sweep_draft_max)
+    variants = variants_from(proposer, sweep_draft_max, [_rule(r) for r in rule])
     if not variants:
         raise SpecError("nothing to compare: give a --proposer other than none")
     needs_draft = any(v.proposer in ("hybrid", "draft") for v in variants)
     pair = _load(as_json, target=target, draft=draft, proposer="hybrid" if needs_draft else "ngram", ctx=ctx,
-                 threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+                 threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
+                 deterministic=deterministic)
     try:
         gen = GenConfig(sampling=_sampling(temp, 0, 1.0, 0.0), max_tokens=max_tokens, draft_max=draft_max,
                         seed=seed)
@@ -468,14 +504,20 @@ def bench(
             except KeyboardInterrupt:
                 raise SpecError("bench interrupted; no results", exit_code=130) from None
         result = {"target": target, "draft": pair.draft_name,
-                  "max_tokens": max_tokens, "temperature": temp, "draft_max": draft_max,
-                  "exact_batch": pair.target.exact_batch(), "machine": machine(), "sets": sets}
+                  "mode": "deterministic" if deterministic else "default", "rules": list(dict.fromkeys(rule)),
+                  "max_tokens": max_tokens, "temperature": temp, "seed": seed, "draft_max": draft_max,
+                  "verify_cap": pair.target.verify_cap, "near_tie": NEAR_TIE,
+                  "clock": "real", "simulated": False,
+                  "batch_curve_ms": {n: round(s * 1e3, 2) for n, s in sorted((pair.target.curve or {}).items())},
+                  "machine": machine(), "sets": sets}
         if as_json:
             print(json.dumps(result, indent=1))
         else:
             render.wide_err().print(render.bench_table(result))
-        if any(s["identical"] is False for s in sets):
-            render.error("greedy output differed from the target alone: this is a bug in spec-cli",
+        wrong = problems(sets, deterministic=deterministic)
+        if wrong:
+            render.error("output parted from the target alone where rounding cannot explain it: "
+                         "this is a bug in spec-cli\n" + "\n".join(wrong),
                          "Please report it with the command and the prompt file.")
             raise typer.Exit(2)
     finally:

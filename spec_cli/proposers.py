@@ -19,7 +19,7 @@ import numpy as np
 
 from .backend import Model, common_prefix
 from .policy import Policy
-from .sampling import SamplingConfig, probs as to_probs, sample
+from .sampling import SamplingConfig, choose_from_probs, probs as to_probs, sample
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Proposer(Protocol):
     def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal: ...
 
     def prepare(self, context: Sequence[int]) -> None:
-        """Read the prompt ahead of the first step (charged to prefill)."""
+        """A new generation starts after `context` (the prompt)."""
 
 
 class NoDraft:
@@ -62,59 +62,79 @@ class NoDraft:
 class DraftModel:
     """A small model of the same vocabulary drafts autoregressively.
 
-    Its KV cache follows the accepted text by prefix: on each call the cache
-    is cut back to what `context` shares with it and only the new tokens are
-    evaluated, which also covers the fully-accepted case (the last draft
-    token and the bonus token are fed before drafting again).
+    It reads the prompt only when it is first asked to draft (a draft the
+    cost model never chooses never costs a prefill); the policy is told
+    what that catch-up costs before it chooses.  Its KV cache then follows
+    the accepted text by prefix: on each call the cache is cut back to what
+    `context` shares with it and only the new tokens are evaluated, which
+    also covers the fully-accepted case (the last draft token and the bonus
+    token are fed before drafting again).
+
+    Rules: "gumbel" drafts each output position's Gumbel-max choice with the
+    same noise the target uses (seed, position, token), so a draft token is
+    accepted when it is the target's own choice; "residual" samples from the
+    draft's distribution with `rng` and returns its rows for the residual
+    rule.
     """
 
     name = "draft"
 
     def __init__(self, model: Model, sampling: SamplingConfig, rng: np.random.Generator,
-                 *, p_min: float = 0.0):
+                 *, p_min: float = 0.0, rule: str = "gumbel", seed: int = 0):
         self.model = model
         self.sampling = sampling
         self.rng = rng
         self.p_min = p_min  # stop drafting when the top draft probability falls below
+        self.rule, self.seed = rule, seed
+        self._prompt_len = 0
 
     @property
     def cost_prior(self) -> dict[str, float]:
         """Seconds per draft token, from the model's load-time probe."""
-        t = self.model.batch_timings().get(1)
-        return {self.name: t} if t else {}
+        from .probe import ensure
+        return {self.name: ensure(self.model)[1]}
+
+    def catch_up_s(self, tokens: int) -> float:
+        """What reading `tokens` new tokens costs the draft model (in
+        batches, at the probe's widest batch's cost per token)."""
+        if tokens <= 2:
+            return 0.0  # the usual step: the last accepted tokens
+        from .probe import ensure
+        curve = ensure(self.model)
+        widest = max(curve)
+        return tokens * curve[widest] / widest
 
     def prepare(self, context: Sequence[int]) -> None:
-        keep = min(common_prefix(self.model.tokens, context), len(context) - 1)
-        self.model.truncate(keep)
-        if len(context) - 1 > keep:
-            self.model.decode(list(context[keep:-1]))
+        self._prompt_len = len(context)
 
     def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal:
         k = min(k, self.model.n_ctx - len(context))
+        behind = len(context) - common_prefix(self.model.tokens, context)
         if policy is not None:
-            k = policy.plan(self.name, k)
+            k = policy.plan(self.name, k, setup_s=self.catch_up_s(behind))
         if k <= 0:
             return EMPTY
         t0 = time.perf_counter()
-        behind = len(context) - common_prefix(self.model.tokens, context)
         logits = self.model.sync(context)
         t_sync = time.perf_counter() - t0
-        greedy = self.sampling.greedy
+        pos = len(context) - self._prompt_len  # output position of the first draft token
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         chain: list[float] = []
         for i in range(k):
-            if greedy:
+            p = None if self.sampling.greedy else to_probs(logits, self.sampling)
+            if p is None:
                 x = int(np.argmax(logits))
+            elif self.rule == "gumbel":
+                x = choose_from_probs(p, self.seed, pos + i)
             else:
-                p = to_probs(logits, self.sampling)
                 x = sample(p, self.rng)
                 rows.append(p)
             tokens.append(x)
             if i + 1 == k:
                 break
             if self.p_min > 0.0 or policy is not None:
-                conf = confidence(logits, rows[-1] if rows else None, self.sampling)
+                conf = confidence(logits, p, self.sampling)
                 if conf < self.p_min:
                     break
                 chain.append(conf)
@@ -125,7 +145,33 @@ class DraftModel:
         # a step normally feeds the draft 1-2 new tokens; a longer catch-up
         # is charged as that much, not as the draft's usual cost
         steady = seconds if behind <= 2 else seconds - t_sync * (1 - 2 / behind)
-        return Proposal(tokens, None if greedy else np.stack(rows), seconds, self.name, steady)
+        return Proposal(tokens, np.stack(rows) if rows else None, seconds, self.name, steady)
+
+
+class Oracle:
+    """Bench's ceiling: drafts the tokens the target alone wrote for the
+    same prompt -- perfect drafts at no cost -- with lengths chosen by the
+    cost model as for any proposer.  Drafts nothing once the output has
+    parted from that reference."""
+
+    name = "oracle"
+    cost_prior: dict[str, float] = {}
+
+    def __init__(self, reference: Sequence[int]):
+        self.reference = list(reference)
+        self._prompt_len = 0
+
+    def prepare(self, context: Sequence[int]) -> None:
+        self._prompt_len = len(context)
+
+    def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal:
+        done = len(context) - self._prompt_len
+        if context[self._prompt_len:] != self.reference[:done]:
+            return EMPTY
+        k = min(k, len(self.reference) - done)
+        if policy is not None:
+            k = policy.plan(self.name, k)
+        return Proposal(self.reference[done:done + k], None, 0.0, self.name) if k > 0 else EMPTY
 
 
 class NGram:

@@ -146,24 +146,40 @@ def wide_err() -> Console:
 
 def bench_table(result: dict) -> Table:
     m = result["machine"]
+    mode = result.get("mode", "default") + " numerics"
+    if result.get("verify_cap"):
+        mode += f" (verify batches <= {result['verify_cap']})"
     table = Table(title=f"spec-cli bench: {result['target']} / draft {result['draft'] or '-'} — "
                         f"{m['cpu']}, {m['cores']} cores, llama-cpp-python {m['llama_cpp_python']}, "
-                        f"{result['max_tokens']} tokens, temperature {result['temperature']}",
-                  title_justify="left")
+                        f"{result['max_tokens']} tokens, temperature {result['temperature']}, {mode}, "
+                        f"rule {' & '.join(result.get('rules', ['gumbel']))}, {result.get('clock', 'real')} clock",
+                  caption="speedup: end to end (request to last token, prompt reading included) over the target "
+                          "alone, median per prompt; gen: after the prompt was read; ceiling: share of the "
+                          "oracle's gain; agree: prompts with the target alone's exact tokens (margin: the "
+                          "widest top-1 minus top-2 logit gap where one parted)",
+                  caption_justify="left", title_justify="left")
     for col, just in (("prompts", "left"), ("proposer", "left"), ("speedup", "right"), ("min-max", "right"),
-                      ("tok/s", "right"), ("alone", "right"), ("accept", "right"), ("mean", "right"),
-                      ("per-pos", "left"), ("draft/verify/other", "right"), ("identical", "center")):
+                      ("gen", "right"), ("ceiling", "right"), ("tok/s", "right"), ("alone", "right"),
+                      ("ttft", "right"), ("accept", "right"), ("mean", "right"), ("per-pos", "left"),
+                      ("draft/verify/other", "right"), ("agree", "center")):
         table.add_column(col, justify=just)
     for s in result["sets"]:
-        sp = s["speedup_median"]
-        ident = {True: "[green]yes[/]", False: "[bold red]NO[/]", None: "n/a"}[s["identical"]]
+        sp = s["speedup_e2e_median"]
+        if s["agreement"] is None:
+            agree = "n/a"
+        elif s["agreement"] == 1.0:
+            agree = "[green]all[/]"
+        else:
+            agree = f"[yellow]{s['agreement']:.0%}[/] ({s['max_divergence_margin']:.2f})"
+        share = "-" if s["ceiling_share"] is None else f"{s['ceiling_share']:.0%}"
         table.add_row(Path(s["file"]).name, s["proposer"],
                       f"[{'green' if sp >= 1.0 else 'red'}]{sp:.2f}x[/]",
-                      f"{s['speedup_min']:.2f}-{s['speedup_max']:.2f}",
+                      f"{s['speedup_e2e_min']:.2f}-{s['speedup_e2e_max']:.2f}",
+                      f"{s['speedup_median']:.2f}x", share,
                       f"{s['tokens_per_s']:.1f}", f"{s['baseline_tokens_per_s']:.1f}",
-                      f"{s['acceptance_rate']:.0%}", f"{s['mean_accepted']:.2f}",
+                      f"{s['ttft_s']:.2f}s", f"{s['acceptance_rate']:.0%}", f"{s['mean_accepted']:.2f}",
                       position_bars(s["per_position"]),
-                      f"{s['draft_share']:.0%}/{s['verify_share']:.0%}/{s['overhead_share']:.1%}", ident)
+                      f"{s['draft_share']:.0%}/{s['verify_share']:.0%}/{s['overhead_share']:.1%}", agree)
     return table
 
 

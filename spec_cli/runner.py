@@ -7,7 +7,7 @@ so model loading, pair checks and prompt formatting happen one way.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -34,6 +34,8 @@ class PairConfig:
     gpu_layers: int = 0
     draft_gpu_layers: int = 0
     p_min: float = 0.0
+    deterministic: bool = False  # the target's numerics: see backend.LoadConfig
+    rule: str = "gumbel"         # see engine.GenConfig
 
 
 @dataclass
@@ -46,7 +48,8 @@ class Pair:
     def proposer(self, sampling: SamplingConfig, seed: int) -> Proposer:
         return self.proposer_named(self.config.proposer, sampling, seed)
 
-    def proposer_named(self, name: str, sampling: SamplingConfig, seed: int) -> Proposer:
+    def proposer_named(self, name: str, sampling: SamplingConfig, seed: int, *,
+                       rule: str | None = None) -> Proposer:
         if name not in PROPOSERS:
             raise SpecError(f"unknown proposer {name!r}", hint=f"Choose one of: {', '.join(PROPOSERS)}.")
         if name in NEEDS_DRAFT and self.draft is None:
@@ -56,8 +59,15 @@ class Pair:
         if name == "ngram":
             return NGram()
         assert self.draft is not None
-        draft = DraftModel(self.draft, sampling, np.random.default_rng([seed, 1]), p_min=self.config.p_min)
+        draft = DraftModel(self.draft, sampling, np.random.default_rng([seed, 1]), p_min=self.config.p_min,
+                           rule=rule or self.config.rule, seed=seed)
         return Hybrid(NGram(), draft) if name == "hybrid" else draft
+
+    def reset(self) -> None:
+        """Empty both KV caches."""
+        self.target.reset()
+        if self.draft is not None:
+            self.draft.reset()
 
     def close(self) -> None:
         if self.draft is not None:
@@ -84,12 +94,15 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
         draft_path = resolve(draft_arg, registry=registry,
                              progress=progress(draft_arg) if progress else None)
     target = Model(target_path, LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads,
-                                           gpu_layers=cfg.gpu_layers))
+                                           gpu_layers=cfg.gpu_layers, deterministic=cfg.deterministic))
     draft = None
     if draft_path is not None:
         try:
+            # the draft's numerics decide acceptance, never the output; the same
+            # mode as the target's keeps a model drafting for itself always right
             draft = Model(draft_path, LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads,
-                                                 gpu_layers=cfg.draft_gpu_layers))
+                                                 gpu_layers=cfg.draft_gpu_layers,
+                                                 deterministic=cfg.deterministic))
             why = target.vocab_difference(draft)
         except BaseException:
             target.close()
@@ -100,38 +113,18 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
             raise SpecError(
                 f"{draft_arg} cannot draft for {cfg.target}: {why}",
                 hint=_fitting_drafts_hint(cfg.target, registry))
-    _probe_exact_batch(target)
-    if draft is not None:
-        _probe_exact_batch(draft)  # its timings are the cost model's prior for drafting
+    from . import probe
+
+    try:
+        probe.load(target)  # the cost model's prior, measured (or recalled) before the first request
+        if draft is not None:
+            probe.load(draft)  # the draft's cost per token
+    except BaseException:
+        target.close()
+        if draft is not None:
+            draft.close()
+        raise
     return Pair(target, draft, cfg, draft_arg if draft is not None else None)
-
-
-def _probe_exact_batch(model: Model) -> None:
-    """Measure (or recall) the model's exact batch size at load time, so the
-    first generation is not charged for it."""
-    import json
-
-    from .registry import cache_dir
-
-    path = cache_dir() / "exact_batch.json"
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
-    key = model.fingerprint()
-    try:
-        model.exact_batch(known=known[key])
-        return
-    except (KeyError, TypeError, ValueError, AttributeError):
-        pass
-    known[key] = model.probe_result()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(known, indent=1))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only cache only costs the probe next time
 
 
 def _suggested_draft(target: str, registry) -> str:
@@ -187,6 +180,7 @@ class Outcome:
     text: str
     finish: str | None
     segments: list | None = None  # (text, from draft) pairs, when a view kept them
+    margins: list[float] = field(default_factory=list)  # with GenConfig.margins
 
 
 def stream(pair: Pair, prompt: list[int], gen, *, proposer: Proposer,
@@ -199,7 +193,7 @@ def stream(pair: Pair, prompt: list[int], gen, *, proposer: Proposer,
     from .engine import generate
     from .stats import Stats
 
-    stats, tokens, text, finish = Stats(), [], [], None
+    stats, tokens, text, finish, margins = Stats(), [], [], None, []
     t0 = time.perf_counter()
     try:
         for step in generate(pair.target, proposer, prompt, gen):
@@ -208,7 +202,10 @@ def stream(pair: Pair, prompt: list[int], gen, *, proposer: Proposer,
             stats.prefill_s += step.prefill_s
             stats.prefill_tokens += step.prefill_tokens
             stats.wall_s = time.perf_counter() - t0
+            if not stats.ttft_s and step.tokens:
+                stats.ttft_s = stats.wall_s
             tokens.extend(step.tokens)
+            margins.extend(step.margins)
             text.append(step.text)
             finish = step.finish_reason
             if on_step is not None:
@@ -219,4 +216,4 @@ def stream(pair: Pair, prompt: list[int], gen, *, proposer: Proposer,
     except KeyboardInterrupt:
         finish = "interrupted"
     stats.wall_s = time.perf_counter() - t0
-    return Outcome(stats, tokens, "".join(text), finish)
+    return Outcome(stats, tokens, "".join(text), finish, margins=margins)

@@ -16,7 +16,8 @@ class Stats:
     verify_s: float = 0.0
     prefill_s: float = 0.0
     prefill_tokens: int = 0
-    wall_s: float = 0.0
+    wall_s: float = 0.0          # from the request to the last token, prompt included
+    ttft_s: float = 0.0          # from the request to the first token
     # per_position[i] = [times a draft reached position i, times it was accepted]
     per_position: list[list[int]] = field(default_factory=list)
 
@@ -85,4 +86,5 @@ class Stats:
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
             "wall_s": round(self.wall_s, 4),
+            "ttft_s": round(self.ttft_s, 4),
         }

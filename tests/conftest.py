@@ -18,6 +18,13 @@ SHARED_BENCH = REPO.parent / "shared" / "bench"
 PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 
 
+def pytest_configure(config):
+    """Probe results go to a state directory of this test session, never the
+    user's (the model files stay in the shared download cache)."""
+    import tempfile
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="spec-cli-test-state-")
+
+
 def load_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -57,8 +64,9 @@ def draft_path() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm(smollm_path):
+    """SmolLM2 with --deterministic numerics: the identity tests' target."""
     from spec_cli.backend import LoadConfig, Model
-    with Model(smollm_path, LoadConfig(n_ctx=2048)) as m:
+    with Model(smollm_path, LoadConfig(n_ctx=2048, deterministic=True)) as m:
         yield m
 
 
@@ -66,12 +74,29 @@ def smollm(smollm_path):
 def smollm_draft(smollm_path):
     """A second instance of SmolLM2, to draft for `smollm`."""
     from spec_cli.backend import LoadConfig, Model
+    with Model(smollm_path, LoadConfig(n_ctx=2048, deterministic=True)) as m:
+        yield m
+
+
+@pytest.fixture(scope="session")
+def smollm_fast(smollm_path):
+    """SmolLM2 with the default (fast) numerics."""
+    from spec_cli.backend import LoadConfig, Model
     with Model(smollm_path, LoadConfig(n_ctx=2048)) as m:
         yield m
 
 
 @pytest.fixture(scope="session")
 def target(target_path):
+    """The Qwen target, --deterministic: the identity tests' target."""
+    from spec_cli.backend import LoadConfig, Model
+    with Model(target_path, LoadConfig(n_ctx=4096, deterministic=True)) as m:
+        yield m
+
+
+@pytest.fixture(scope="session")
+def target_fast(target_path):
+    """The Qwen target with the default (fast) numerics."""
     from spec_cli.backend import LoadConfig, Model
     with Model(target_path, LoadConfig(n_ctx=4096)) as m:
         yield m

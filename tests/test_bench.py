@@ -5,17 +5,20 @@ import json
 
 import pytest
 
-from spec_cli.bench import DEFAULT_PROMPTS, Run, Variant, load_prompts, summarise, variants_from
+from spec_cli.bench import (DEFAULT_PROMPTS, NEAR_TIE, Run, Variant, add_ceiling_shares, load_prompts, problems,
+                             summarise, variants_from)
 from spec_cli.errors import SpecError
 
 from conftest import PROMPTS
 from test_cli import spec
 
 
-def run(tokens, gen_s, *, draft_s=0.0, verify_s=None, drafted=0, accepted=0, per_position=()):
+def run(tokens, gen_s, *, draft_s=0.0, verify_s=None, drafted=0, accepted=0, per_position=(), wall_s=None,
+        ttft_s=0.0, margins=()):
     return Run(tokens=list(tokens), gen_s=gen_s, draft_s=draft_s,
                verify_s=gen_s - draft_s if verify_s is None else verify_s,
-               drafted=drafted, accepted=accepted, steps=1, per_position=[list(p) for p in per_position])
+               drafted=drafted, accepted=accepted, per_position=[list(p) for p in per_position],
+               wall_s=gen_s if wall_s is None else wall_s, ttft_s=ttft_s, margins=list(margins))
 
 
 def test_summarise_speedups_shares_and_identity():
@@ -23,7 +26,7 @@ def test_summarise_speedups_shares_and_identity():
     prop = [run(range(10), 0.5, draft_s=0.1, verify_s=0.35, drafted=8, accepted=6, per_position=[[2, 2], [2, 1]]),
             run(range(10), 2.0, draft_s=0.0, verify_s=1.9, drafted=0, accepted=0),
             run(range(10), 0.8, draft_s=0.1, verify_s=0.6, drafted=4, accepted=2, per_position=[[1, 1]])]
-    s = summarise("f.jsonl", "hybrid", list(zip(base, prop)), greedy=True)
+    s = summarise("f.jsonl", "hybrid", list(zip(base, prop)), coupled=True)
     assert s["speedup_median"] == pytest.approx(1.25)
     assert s["speedup_min"] == pytest.approx(1.0) and s["speedup_max"] == pytest.approx(2.0)
     assert s["acceptance_rate"] == pytest.approx(8 / 12)
@@ -31,19 +34,52 @@ def test_summarise_speedups_shares_and_identity():
     assert s["per_position"] == [pytest.approx(1.0), pytest.approx(0.5)]
     assert s["tokens_per_s"] == pytest.approx(30 / 3.3)
     assert s["overhead_share"] == pytest.approx((3.3 - 0.2 - 2.85) / 3.3)
-    assert s["identical"] is True
+    assert s["identical"] is True and s["agreement"] == 1.0 and s["max_divergence_margin"] == 0.0
 
 
-def test_summarise_flags_a_different_output():
-    s = summarise("f", "ngram", [(run([1, 2, 3], 1.0), run([1, 2, 4], 1.0))], greedy=True)
-    assert s["identical"] is False
-    assert summarise("f", "ngram", [(run([1], 1.0), run([2], 1.0))], greedy=False)["identical"] is None
+def test_end_to_end_speedup_counts_the_prompt_and_the_draft_catch_up():
+    # the target alone: 1 s reading the prompt, 2 s generating; the proposer
+    # generates faster (1.5 s) but its draft read the prompt too (+1 s)
+    base = run(range(30), 2.0, wall_s=3.0, ttft_s=1.1)
+    prop = run(range(30), 1.5, wall_s=3.5, ttft_s=2.0)
+    s = summarise("f", "hybrid", [(base, prop)], coupled=True)
+    assert s["speedup_median"] == pytest.approx(2.0 / 1.5)       # generation only: faster
+    assert s["speedup_e2e_median"] == pytest.approx(3.0 / 3.5)   # what the user waits: slower
+    assert s["ttft_s"] == pytest.approx(2.0) and s["baseline_ttft_s"] == pytest.approx(1.1)
+
+
+def test_summarise_flags_a_different_output_and_its_margin():
+    base = run([1, 2, 3], 1.0, margins=[5.0, 0.3, 4.0])
+    s = summarise("f", "ngram", [(base, run([1, 5, 3], 1.0)), (base, run([1, 9, 4], 1.0))], coupled=True)
+    assert s["identical"] is False and s["agreement"] == 0.0
+    assert s["max_divergence_margin"] == pytest.approx(0.3)  # both parted at the second token
+    assert problems([s], deterministic=False) == []           # a near-tie: rounding
+    assert problems([s], deterministic=True)                  # but never with --deterministic
+    wide = summarise("f", "ngram", [(run([1, 2], 1.0, margins=[9.0, 1.0]), run([7, 2], 1.0))], coupled=True)
+    assert wide["max_divergence_margin"] == 9.0 > NEAR_TIE and problems([wide], deterministic=False)
+    residual = summarise("f", "ngram", [(run([1], 1.0), run([2], 1.0))], coupled=False)
+    assert residual["identical"] is None and residual["agreement"] is None
+
+
+def test_ceiling_share_is_the_share_of_the_oracle_gain():
+    base = run(range(10), 1.0)
+    sets = [summarise("f", "oracle", [(base, run(range(10), 0.5))], coupled=True),
+            summarise("f", "hybrid", [(base, run(range(10), 0.8))], coupled=True),
+            summarise("g", "hybrid", [(base, run(range(10), 0.8))], coupled=True)]
+    add_ceiling_shares(sets)
+    assert sets[0]["ceiling_share"] == pytest.approx(1.0)
+    assert sets[1]["ceiling_share"] == pytest.approx(0.25 / 1.0)
+    assert sets[2]["ceiling_share"] is None  # no oracle for that file
 
 
 def test_variants():
     assert Variant.parse("draft@4") == Variant("draft", 4) and Variant("draft", 4).label == "draft@4"
     vs = variants_from(["hybrid", "none", "ngram"], "2,4")
     assert [v.label for v in vs] == ["hybrid", "ngram", "hybrid@2", "hybrid@4", "ngram@2", "ngram@4"]
+    both = variants_from(["draft", "oracle"], None, ["gumbel", "residual"])
+    assert [v.label for v in both] == ["draft/gumbel", "draft/residual", "oracle/gumbel", "oracle/residual"]
+    with pytest.raises(SpecError):
+        variants_from(["telepathy"], None)
     with pytest.raises(SpecError):
         variants_from(["hybrid"], "2,x")
     with pytest.raises(SpecError):
@@ -62,12 +98,16 @@ def test_prompt_files(tmp_path):
 def test_bench_runs_and_reports(smollm_path, spec_env):
     res = spec("bench", "--target", "smollm2-135m", "--draft", "smollm2-135m", "--ctx", "1024",
                "--prompts", str(PROMPTS), "--n-prompts", "2", "-n", "16",
-               "--proposer", "ngram", "--proposer", "draft@2", "--json", env=spec_env)
+               "--proposer", "ngram", "--proposer", "draft@2", "--proposer", "oracle", "--deterministic",
+               "--json", env=spec_env)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["machine"]["cores"] >= 1 and out["draft"] == "smollm2-135m"
+    assert out["mode"] == "deterministic" and out["rules"] == ["gumbel"] and out["simulated"] is False
     sets = {s["proposer"]: s for s in out["sets"]}
-    assert set(sets) == {"ngram", "draft@2"}
+    assert all(s["agreement"] == 1.0 for s in sets.values())  # --deterministic: bit for bit
+    assert sets["oracle"]["acceptance_rate"] == 1.0
+    assert set(sets) == {"ngram", "draft@2", "oracle"}
     for s in sets.values():
         assert s["file"] == str(PROMPTS) and s["prompts"] == 2
         assert s["identical"] is True

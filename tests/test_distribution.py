@@ -1,4 +1,5 @@
-"""Sampled output follows the target's distribution, on real llama.cpp logits.
+"""Sampled output follows the target's distribution, on real llama.cpp logits,
+under both rules (the default Gumbel coupling and the residual rule).
 
 Target: SmolLM2-135M at temperature 0.8, top-k 4.  Draft: a second SmolLM2
 at temperature 3 -- a real draft distribution p that differs from the
@@ -37,12 +38,12 @@ def exact_two_token_distribution(model, prompt):
     return out
 
 
-def first_two(model, draft_model, prompt, n, seed0):
+def first_two(model, draft_model, prompt, n, seed0, rule="residual"):
     counts = Counter()
     for i in range(n):
         seed = seed0 + i
-        prop = DraftModel(draft_model, DRAFT, np.random.default_rng([seed, 1]))
-        cfg = GenConfig(sampling=TARGET, max_tokens=3, draft_max=2, seed=seed, adaptive=False)
+        prop = DraftModel(draft_model, DRAFT, np.random.default_rng([seed, 1]), rule=rule, seed=seed)
+        cfg = GenConfig(sampling=TARGET, max_tokens=3, draft_max=2, seed=seed, adaptive=False, rule=rule)
         toks = [t for s in generate(model, prop, prompt, cfg) for t in s.tokens]
         counts[tuple(toks[:2])] += 1
     return counts
@@ -61,33 +62,43 @@ def setup(smollm, smollm_draft):
     return prompt, expected
 
 
-def test_sampled_output_follows_target_on_real_logits(smollm, smollm_draft, setup):
+@pytest.mark.parametrize("rule", ["gumbel", "residual"])
+def test_sampled_output_follows_target_on_real_logits(smollm, smollm_draft, setup, rule):
     prompt, expected = setup
     n = 1000
-    counts = first_two(smollm, smollm_draft, prompt, n, seed0=1000)
+    counts = first_two(smollm, smollm_draft, prompt, n, seed0=1000, rule=rule)
     fits, stat, crit = chi2_fits(counts, expected, n)
-    assert fits, f"chi2 {stat:.1f} > {crit:.1f}"
+    assert fits, f"{rule}: chi2 {stat:.1f} > {crit:.1f}"
 
 
-def test_real_logits_check_catches_accept_everything(smollm, smollm_draft, setup, monkeypatch):
-    def accept_everything(draft, p, q, rng):
-        return len(draft), int(rng.choice(q.shape[1], p=q[len(draft)]))
+def accept_everything(draft, p, q, rng):
+    return len(draft), int(rng.choice(q.shape[1], p=q[len(draft)]))
 
+
+def accept_every_choice(draft, choice):
+    return len(draft), int(choice(len(draft)))
+
+
+@pytest.mark.parametrize("rule", ["gumbel", "residual"])
+def test_real_logits_check_catches_accept_everything(smollm, smollm_draft, setup, monkeypatch, rule):
     monkeypatch.setattr(engine, "verify", accept_everything)
+    monkeypatch.setattr(engine, "verify_choices", accept_every_choice)
     prompt, expected = setup
     n = 300
-    counts = first_two(smollm, smollm_draft, prompt, n, seed0=5000)
+    counts = first_two(smollm, smollm_draft, prompt, n, seed0=5000, rule=rule)
     fits, stat, crit = chi2_fits(counts, expected, n)
-    assert not fits, f"chi2 {stat:.1f} <= {crit:.1f}: a wrong rule went unnoticed"
+    assert not fits, f"{rule}: chi2 {stat:.1f} <= {crit:.1f}: a wrong rule went unnoticed"
 
 
-if __name__ == "__main__":  # print the numbers behind the two tests
+if __name__ == "__main__":  # print the numbers behind the tests
     from spec_cli.backend import LoadConfig, Model
     from spec_cli.download import resolve
     path = resolve("smollm2-135m")
     m, d = Model(path, LoadConfig(n_ctx=2048)), Model(path, LoadConfig(n_ctx=2048))
     prompt = m.tokenize(PROMPT)
     expected = exact_two_token_distribution(m, prompt)
-    print("right rule", chi2_fits(first_two(m, d, prompt, 1000, 1000), expected, 1000))
-    engine.verify = lambda draft, p, q, rng: (len(draft), int(rng.choice(q.shape[1], p=q[len(draft)])))
-    print("accept everything", chi2_fits(first_two(m, d, prompt, 300, 5000), expected, 300))
+    for rule in ("gumbel", "residual"):
+        print(rule, "right rule", chi2_fits(first_two(m, d, prompt, 1000, 1000, rule), expected, 1000))
+    engine.verify, engine.verify_choices = accept_everything, accept_every_choice
+    for rule in ("gumbel", "residual"):
+        print(rule, "accept everything", chi2_fits(first_two(m, d, prompt, 300, 5000, rule), expected, 300))

@@ -132,3 +132,19 @@ def test_logits_rows_are_only_those_asked_for(smollm):
     smollm.truncate(len(toks) - 1)
     again = smollm.decode(toks[-1:], logits_from=0)
     assert np.array_equal(again[0], rows[0])  # rollback + re-decode gives the same row
+
+
+def test_a_draft_model_never_chosen_never_reads_the_prompt(smollm, smollm_draft):
+    """With the cost model on and a draft far too slow to pay, the draft
+    model is never run: not even the prompt is evaluated."""
+    smollm_draft.reset()
+    saved = smollm_draft.curve
+    smollm_draft.curve = {1: 10.0, 2: 20.0}  # ten seconds a token
+    try:
+        prompt = smollm.tokenize("def add(a, b):\n    return a + b\n\ndef sub(a, b):")
+        prop = DraftModel(smollm_draft, GREEDY, np.random.default_rng(0))
+        _, _, steps = run(smollm, prop, prompt, max_tokens=30, adaptive=True)
+        assert len(steps) == 30 and all(s.drafted == 0 for s in steps)
+        assert smollm_draft.tokens == []  # its KV cache never saw a token
+    finally:
+        smollm_draft.curve = saved

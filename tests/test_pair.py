@@ -1,5 +1,7 @@
-"""The real Qwen2.5-Coder 1.5B target with its 0.5B draft: greedy output of
-every proposer is token-for-token the target alone's."""
+"""The real Qwen2.5-Coder 1.5B target with its 0.5B draft.  With
+--deterministic (the `target` fixture), the output of every proposer is
+token-for-token the target alone's, greedy and seeded; with the default
+numerics (`target_fast`) every divergence is at a near-tie."""
 
 import numpy as np
 import pytest
@@ -20,19 +22,21 @@ def tokens_for(model, item):
     return model.tokenize(item["prompt"])
 
 
-def check_identical(target, draft, items):
+def check_identical(target, draft, items, sampling=SamplingConfig(), seed=0):
     """Every proposer drafting every step (no cost model), and the default
     hybrid with its cost model, against the target alone."""
-    fixed = GenConfig(max_tokens=MAX_TOKENS, draft_max=6, adaptive=False)
-    adaptive = GenConfig(max_tokens=MAX_TOKENS, draft_max=6)
+    fixed = GenConfig(max_tokens=MAX_TOKENS, draft_max=6, adaptive=False, sampling=sampling, seed=seed)
+    adaptive = GenConfig(max_tokens=MAX_TOKENS, sampling=sampling, seed=seed)
     accepted = drafted = 0
     for item in items:
         prompt = tokens_for(target, item)
         base = [t for s in generate(target, NoDraft(), prompt, fixed) for t in s.tokens]
         assert len(base) > 0
-        greedy = SamplingConfig()
-        runs = [(DraftModel(draft, greedy, np.random.default_rng(0)), fixed), (NGram(), fixed),
-                (Hybrid(NGram(), DraftModel(draft, greedy, np.random.default_rng(0))), adaptive)]
+
+        def model():
+            return DraftModel(draft, sampling, np.random.default_rng(0), seed=seed)
+
+        runs = [(model(), fixed), (NGram(), fixed), (Hybrid(NGram(), model()), adaptive)]
         for prop, cfg in runs:
             steps = list(generate(target, prop, prompt, cfg))
             out = [t for s in steps for t in s.tokens]
@@ -53,6 +57,19 @@ def test_identical_on_bench_prompts(target, draft):
 
 def test_identical_on_own_prompts(target, draft, own_prompts):
     check_identical(target, draft, own_prompts)
+
+
+def test_identical_when_sampling_with_a_seed(target, draft, own_prompts):
+    check_identical(target, draft, own_prompts[:3], sampling=SamplingConfig(temperature=0.8, top_p=0.95), seed=7)
+
+
+def test_default_numerics_part_only_at_near_ties(target_fast, draft, own_prompts):
+    from spec_cli.bench import DELTA_MAX
+    from test_numerics import CODE, batch_vs_single, check_divergences_are_near_ties
+
+    assert batch_vs_single(target_fast, CODE) <= DELTA_MAX
+    items = bench_prompts("code-edit.jsonl", 2) + bench_prompts("mt-bench.jsonl", 2) + own_prompts[:2]
+    check_divergences_are_near_ties(target_fast, draft, [tokens_for(target_fast, i) for i in items])
 
 
 def test_pair_vocabularies_match(target, draft):

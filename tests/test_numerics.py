@@ -1,0 +1,109 @@
+"""The two numerics modes, on real models.
+
+Default: llama.cpp's fast kernels.  A batch row's logits differ from the
+same token decoded alone by at most bench.DELTA_MAX, so a divergence from
+the target alone can only happen where the top two tokens are within
+bench.NEAR_TIE (twice that) of each other.  Both facts are measured here.
+
+--deterministic: output bit-for-bit the target alone's, for every proposer,
+greedy and seeded (tests/test_pair.py runs the same on the Qwen pair).
+"""
+
+import numpy as np
+import pytest
+
+from spec_cli.bench import DELTA_MAX, NEAR_TIE, Run, divergence
+from spec_cli.engine import GenConfig, generate
+from spec_cli.proposers import DraftModel, Hybrid, NGram, NoDraft
+from spec_cli.sampling import SamplingConfig
+
+HOT = SamplingConfig(temperature=0.8, top_p=0.95)
+
+
+def batch_vs_single(model, text: str, sizes=(2, 4, 8, 17), prefixes=(2, 300)) -> float:
+    """The largest |logit in a batch row - the same token decoded alone|."""
+    stream = model.tokenize(text, add_special=False)
+    worst = 0.0
+    for prefix in prefixes:
+        model.reset()
+        model.decode(stream[:prefix])
+        singles = np.stack([model.decode([t], logits_from=0)[0] for t in stream[prefix:prefix + max(sizes)]])
+        for n in sizes:
+            model.truncate(prefix)
+            rows = model.decode(stream[prefix:prefix + n], logits_from=0)
+            worst = max(worst, float(np.abs(rows - singles[:n]).max()))
+    model.reset()
+    return worst
+
+
+def run(model, proposer, prompt, **kw):
+    return [t for s in generate(model, proposer, prompt, GenConfig(**kw)) for t in s.tokens]
+
+
+def run_with_margins(model, prompt, **kw):
+    steps = list(generate(model, NoDraft(), prompt, GenConfig(margins=True, adaptive=False, **kw)))
+    return Run(tokens=[t for s in steps for t in s.tokens], gen_s=1.0, draft_s=0.0, verify_s=0.0,
+               drafted=0, accepted=0, margins=[m for s in steps for m in s.margins])
+
+
+CODE = open(__file__.replace("test_numerics.py", "../spec_cli/engine.py")).read()
+
+
+def test_default_batch_rows_stay_within_the_stated_bound(smollm_fast):
+    assert batch_vs_single(smollm_fast, CODE) <= DELTA_MAX
+
+
+def test_deterministic_batch_rows_are_bitwise_single_rows(smollm):
+    from spec_cli.probe import ensure
+    ensure(smollm)
+    assert smollm.verify_cap >= 2
+    assert batch_vs_single(smollm, CODE, sizes=tuple(range(2, smollm.verify_cap + 1))) == 0.0
+
+
+def check_divergences_are_near_ties(target, draft_model, items, sampling=SamplingConfig(), n=40):
+    """Every proposer drafting every step against the target alone, default
+    numerics: where the text parts, the baseline's margin is a near-tie."""
+    parted = []
+    for prompt in items:
+        base = run_with_margins(target, prompt, max_tokens=n, sampling=sampling, seed=3)
+        for prop in (NGram(), DraftModel(draft_model, sampling, np.random.default_rng(0), seed=3)):
+            out = run(target, prop, prompt, max_tokens=n, draft_max=8, adaptive=False, sampling=sampling, seed=3)
+            m = divergence(base, Run(tokens=out, gen_s=1.0, draft_s=0, verify_s=0, drafted=0, accepted=0))
+            if m is not None:
+                parted.append(m)
+                assert m <= NEAR_TIE, f"{prop.name} parted from the target alone at margin {m:.3f}"
+    return parted
+
+
+def test_default_mode_divergences_are_near_ties(smollm_fast, smollm_draft, own_prompts):
+    prompts = [smollm_fast.tokenize(item["prompt"]) for item in own_prompts]
+    check_divergences_are_near_ties(smollm_fast, smollm_draft, prompts)
+    check_divergences_are_near_ties(smollm_fast, smollm_draft, prompts[:3], sampling=HOT)
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(), HOT], ids=["greedy", "temp0.8"])
+def test_deterministic_identity_for_every_proposer(smollm, smollm_draft, own_prompts, sampling):
+    for item in own_prompts[:4]:
+        prompt = smollm.tokenize(item["prompt"])
+        base = run(smollm, NoDraft(), prompt, max_tokens=40, sampling=sampling, seed=11)
+
+        def draft():
+            return DraftModel(smollm_draft, sampling, np.random.default_rng(0), seed=11)
+
+        for prop, adaptive in ((NGram(), False), (draft(), False), (Hybrid(NGram(), draft()), True)):
+            out = run(smollm, prop, prompt, max_tokens=40, draft_max=6, adaptive=adaptive,
+                      sampling=sampling, seed=11)
+            assert out == base, (item["id"], prop.name)
+
+
+def test_same_seed_same_text_however_the_cost_model_decides(smollm, smollm_draft):
+    """Drafting every step, never, or as the cost model likes: one seed, one text."""
+    prompt = smollm.tokenize("Name three uses of a hash map.")
+    texts = []
+    for prop, kw in ((NoDraft(), {}),
+                     (DraftModel(smollm_draft, HOT, np.random.default_rng(5), seed=7), {"adaptive": False}),
+                     (DraftModel(smollm_draft, HOT, np.random.default_rng(6), seed=7), {"draft_max": 3}),
+                     (NGram(), {"adaptive": False})):
+        texts.append(run(smollm, prop, prompt, max_tokens=40, sampling=HOT, seed=7, **kw))
+    assert all(t == texts[0] for t in texts)
+    assert run(smollm, NoDraft(), prompt, max_tokens=40, sampling=HOT, seed=8) != texts[0]
