@@ -19,3 +19,10 @@ def atomic_write(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def state_dir() -> Path:
+    """Where spec-cli keeps what it learns on this machine (probe results,
+    chat history): $XDG_STATE_HOME/spec-cli, else ~/.local/state/spec-cli."""
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "spec-cli"

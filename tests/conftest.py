@@ -43,7 +43,7 @@ def own_prompts() -> list[dict]:
 
 
 def _model_path(name: str) -> Path:
-    from spec_cli.download import resolve
+    from spec_cli.models.download import resolve
     return resolve(name)
 
 
@@ -65,7 +65,7 @@ def draft_path() -> Path:
 @pytest.fixture(scope="session")
 def smollm(smollm_path):
     """SmolLM2 with --deterministic numerics: the identity tests' target."""
-    from spec_cli.backend import LoadConfig, Model
+    from spec_cli.llama.backend import LoadConfig, Model
     with Model(smollm_path, LoadConfig(n_ctx=2048, deterministic=True)) as m:
         yield m
 
@@ -73,7 +73,7 @@ def smollm(smollm_path):
 @pytest.fixture(scope="session")
 def smollm_draft(smollm_path):
     """A second instance of SmolLM2, to draft for `smollm`."""
-    from spec_cli.backend import LoadConfig, Model
+    from spec_cli.llama.backend import LoadConfig, Model
     with Model(smollm_path, LoadConfig(n_ctx=2048, deterministic=True)) as m:
         yield m
 
@@ -81,7 +81,7 @@ def smollm_draft(smollm_path):
 @pytest.fixture(scope="session")
 def smollm_fast(smollm_path):
     """SmolLM2 with the default (fast) numerics."""
-    from spec_cli.backend import LoadConfig, Model
+    from spec_cli.llama.backend import LoadConfig, Model
     with Model(smollm_path, LoadConfig(n_ctx=2048)) as m:
         yield m
 
@@ -89,7 +89,7 @@ def smollm_fast(smollm_path):
 @pytest.fixture(scope="session")
 def target(target_path):
     """The Qwen target, --deterministic: the identity tests' target."""
-    from spec_cli.backend import LoadConfig, Model
+    from spec_cli.llama.backend import LoadConfig, Model
     with Model(target_path, LoadConfig(n_ctx=4096, deterministic=True)) as m:
         yield m
 
@@ -97,14 +97,14 @@ def target(target_path):
 @pytest.fixture(scope="session")
 def target_fast(target_path):
     """The Qwen target with the default (fast) numerics."""
-    from spec_cli.backend import LoadConfig, Model
+    from spec_cli.llama.backend import LoadConfig, Model
     with Model(target_path, LoadConfig(n_ctx=4096)) as m:
         yield m
 
 
 @pytest.fixture(scope="session")
 def draft(draft_path):
-    from spec_cli.backend import LoadConfig, Model
+    from spec_cli.llama.backend import LoadConfig, Model
     with Model(draft_path, LoadConfig(n_ctx=4096)) as m:
         yield m
 

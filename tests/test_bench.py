@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from spec_cli.bench import (DEFAULT_PROMPTS, NEAR_TIE, Run, Variant, add_ceiling_shares, load_prompts, problems,
+from spec_cli.run.bench import (DEFAULT_PROMPTS, NEAR_TIE, Run, Variant, add_ceiling_shares, load_prompts, problems,
                              summarise, variants_from)
+from spec_cli.core.stats import Stats
 from spec_cli.errors import SpecError
 
 from conftest import PROMPTS
@@ -15,10 +16,13 @@ from test_cli import spec
 
 def run(tokens, gen_s, *, draft_s=0.0, verify_s=None, drafted=0, accepted=0, per_position=(), wall_s=None,
         ttft_s=0.0, margins=()):
-    return Run(tokens=list(tokens), gen_s=gen_s, draft_s=draft_s,
-               verify_s=gen_s - draft_s if verify_s is None else verify_s,
-               drafted=drafted, accepted=accepted, per_position=[list(p) for p in per_position],
-               wall_s=gen_s if wall_s is None else wall_s, ttft_s=ttft_s, margins=list(margins))
+    """A made-up run: `gen_s` generating after `wall_s - gen_s` reading the prompt."""
+    wall_s = gen_s if wall_s is None else wall_s
+    stats = Stats(tokens=len(list(tokens)), drafted=drafted, accepted=accepted, draft_s=draft_s,
+                  verify_s=gen_s - draft_s if verify_s is None else verify_s, wall_s=wall_s,
+                  prefill_s=wall_s - gen_s, ttft_s=ttft_s, per_position=[list(p) for p in per_position],
+                  drafting_steps=per_position[0][0] if per_position else 0)
+    return Run(list(tokens), stats, list(margins))
 
 
 def test_summarise_speedups_shares_and_identity():

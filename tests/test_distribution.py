@@ -13,10 +13,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import spec_cli.engine as engine
-from spec_cli.engine import GenConfig, generate
-from spec_cli.proposers import DraftModel
-from spec_cli.sampling import SamplingConfig, probs
+import spec_cli.run.engine as engine
+from spec_cli.run.engine import GenConfig, generate
+from spec_cli.run.proposers import DraftModel
+from spec_cli.core.sampling import SamplingConfig, probs
 
 from stat_helpers import chi2_fits
 
@@ -91,8 +91,8 @@ def test_real_logits_check_catches_accept_everything(smollm, smollm_draft, setup
 
 
 if __name__ == "__main__":  # print the numbers behind the tests
-    from spec_cli.backend import LoadConfig, Model
-    from spec_cli.download import resolve
+    from spec_cli.llama.backend import LoadConfig, Model
+    from spec_cli.models.download import resolve
     path = resolve("smollm2-135m")
     m, d = Model(path, LoadConfig(n_ctx=2048)), Model(path, LoadConfig(n_ctx=2048))
     prompt = m.tokenize(PROMPT)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from spec_cli.errors import SpecError
-from spec_cli.mirror import Mirror, assemble, is_verified
+from spec_cli.models.mirror import Mirror, assemble, is_verified
 
 
 def make_mirror(tmp_path: Path, parts: list[bytes], *, corrupt: int | None = None):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from spec_cli.policy import CostModel, Policy, expected_tokens
-from spec_cli.verify import verify, verify_greedy
+from spec_cli.core.policy import CostModel, Policy, expected_tokens
+from spec_cli.core.verify import verify, verify_greedy
 
 CPU = {1: 0.039, 2: 0.086, 3: 0.109, 4: 0.135, 5: 0.161, 6: 0.181, 7: 0.203}   # measured here
 GPU = {1: 0.020, 2: 0.021, 4: 0.022, 8: 0.024, 16: 0.030}                    # batches nearly free

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from spec_cli.errors import SpecError
-from spec_cli.registry import BUILTIN_REGISTRY, load_registry, user_registry_path
+from spec_cli.models.registry import BUILTIN_REGISTRY, load_registry, user_registry_path
 
 
 def write(tmp_path, text, name="models.toml"):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from spec_cli.sampling import SamplingConfig, probs, sample
+from spec_cli.core.sampling import SamplingConfig, probs, sample
 
 
 LOGITS = np.array([[2.0, 1.0, 0.5, -1.0, 3.0, 0.0],
@@ -76,7 +76,7 @@ def test_sample_follows_distribution():
 
 
 def test_gumbel_noise_is_keyed_by_seed_position_and_token():
-    from spec_cli.sampling import gumbel
+    from spec_cli.core.sampling import gumbel
     ids = np.arange(1000)
     g = gumbel(7, 3, ids)
     assert np.array_equal(gumbel(7, 3, ids[[5, 900, 17]]), g[[5, 900, 17]])  # any subset alone
@@ -86,7 +86,7 @@ def test_gumbel_noise_is_keyed_by_seed_position_and_token():
 
 
 def test_choose_is_greedy_at_temperature_zero_and_respects_filters():
-    from spec_cli.sampling import choose
+    from spec_cli.core.sampling import choose
     logits = np.array([0.0, 3.0, 2.9, -1.0, 1.0])
     assert all(choose(logits, SamplingConfig(), s, 0) == 1 for s in range(50))
     top2 = SamplingConfig(temperature=1.0, top_k=2)

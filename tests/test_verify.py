@@ -5,7 +5,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from spec_cli.verify import verify
+from spec_cli.core.verify import verify
 
 from stat_helpers import as_probs, chi2_fits
 
@@ -122,8 +122,8 @@ def test_same_seed_same_decisions():
 
 # -- the Gumbel coupling (the default rule) --------------------------------
 
-from spec_cli.sampling import choose_from_probs  # noqa: E402
-from spec_cli.verify import verify_choices  # noqa: E402
+from spec_cli.core.sampling import choose_from_probs  # noqa: E402
+from spec_cli.core.verify import verify_choices  # noqa: E402
 
 
 def coupled_first_two(n, k, *, choose=choose_from_probs, rule=verify_choices):

@@ -1,49 +1,65 @@
-"""Proposers: what drafts the next tokens.
+"""Proposers: what drafts the next tokens.  They know nothing of the cost
+model: each step the engine asks what they could draft, the policy chooses
+one candidate and how far (once, in one place), and the chosen proposer
+drafts up to that many tokens.
 
-    propose(context, k, policy) -> Proposal(tokens, probs or None, source)
+    candidates(context) -> [Candidate(source, limit, setup_s)]
+    draft(context, candidate, k, keep_going) -> Proposal(tokens, probs or None)
 
-`context` is every token so far (prompt and output); `k` the most tokens
-wanted; `policy` (optional, see policy.py) says how many of those pay.
-`probs` holds the draft distribution of each proposed token, row by row, or
-is None for a point mass (n-gram lookup, and greedy drafts, whose
-distribution is one-hot).  `source` names the proposer that drafted.
+`context` is every token so far (prompt and output).  `source` names what
+the policy learns acceptance for ("draft", "ngram1".."ngram8" by match
+length, "oracle").  `probs` holds the draft distribution of each proposed
+token, row by row, or is None for a point mass (n-gram lookup, greedy and
+Gumbel-coupled drafts).  `keep_going(confidences so far)` lets a draft
+model stop early where it is unsure.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from .backend import Model, common_prefix
-from .policy import Policy
-from .sampling import SamplingConfig, choose_from_probs, probs as to_probs, sample
+from ..llama.backend import Model, common_prefix
+from ..core.sampling import SamplingConfig, choose_from_probs, probs as to_probs, sample
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What a proposer could draft now, for the policy to weigh."""
+
+    source: str
+    limit: int             # the most tokens it can draft here
+    setup_s: float = 0.0   # a one-time cost before drafting (a draft model's catch-up)
 
 
 @dataclass(frozen=True)
 class Proposal:
     tokens: list[int]
-    probs: np.ndarray | None  # (len(tokens), V) or None for a point mass
-    seconds: float = 0.0
+    probs: np.ndarray | None = None  # (len(tokens), V) or None for a point mass
     source: str = "none"
     # seconds a proposer pays per step when it drafts every step (a draft
     # model catching up on many tokens after a pause costs more, once)
     steady_s: float | None = None
 
 
-EMPTY = Proposal([], None)
+EMPTY = Proposal([])
+KeepGoing = Callable[[list[float]], bool]
 
 
 class Proposer(Protocol):
     name: str
     cost_prior: dict[str, float]  # seconds per draft token, by source, before any is measured
 
-    def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal: ...
+    def prepare(self, prompt: Sequence[int]) -> None:
+        """A new generation starts after `prompt`."""
 
-    def prepare(self, context: Sequence[int]) -> None:
-        """A new generation starts after `context` (the prompt)."""
+    def candidates(self, context: Sequence[int]) -> list[Candidate]: ...
+
+    def draft(self, context: Sequence[int], cand: Candidate, k: int,
+              keep_going: KeepGoing | None = None) -> Proposal: ...
 
 
 class NoDraft:
@@ -52,11 +68,14 @@ class NoDraft:
     name = "none"
     cost_prior: dict[str, float] = {}
 
-    def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal:
-        return EMPTY
-
-    def prepare(self, context: Sequence[int]) -> None:
+    def prepare(self, prompt: Sequence[int]) -> None:
         pass
+
+    def candidates(self, context: Sequence[int]) -> list[Candidate]:
+        return []
+
+    def draft(self, context, cand, k, keep_going=None) -> Proposal:
+        return EMPTY
 
 
 class DraftModel:
@@ -91,7 +110,7 @@ class DraftModel:
     @property
     def cost_prior(self) -> dict[str, float]:
         """Seconds per draft token, from the model's load-time probe."""
-        from .probe import ensure
+        from ..llama.probe import ensure
         return {self.name: ensure(self.model)[1]}
 
     def catch_up_s(self, tokens: int) -> float:
@@ -99,23 +118,23 @@ class DraftModel:
         batches, at the probe's widest batch's cost per token)."""
         if tokens <= 2:
             return 0.0  # the usual step: the last accepted tokens
-        from .probe import ensure
+        from ..llama.probe import ensure
         curve = ensure(self.model)
         widest = max(curve)
         return tokens * curve[widest] / widest
 
-    def prepare(self, context: Sequence[int]) -> None:
-        self._prompt_len = len(context)
+    def prepare(self, prompt: Sequence[int]) -> None:
+        self._prompt_len = len(prompt)
 
-    def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal:
-        k = min(k, self.model.n_ctx - len(context))
+    def candidates(self, context: Sequence[int]) -> list[Candidate]:
         behind = len(context) - common_prefix(self.model.tokens, context)
-        if policy is not None:
-            k = policy.plan(self.name, k, setup_s=self.catch_up_s(behind))
-        if k <= 0:
-            return EMPTY
+        return [Candidate(self.name, self.model.n_ctx - len(context), self.catch_up_s(behind))]
+
+    def draft(self, context: Sequence[int], cand: Candidate, k: int,
+              keep_going: KeepGoing | None = None) -> Proposal:
         t0 = time.perf_counter()
-        logits = self.model.sync(context)
+        behind = len(context) - common_prefix(self.model.tokens, context)
+        logits = self.model.catch_up(context, logits_last=True)
         t_sync = time.perf_counter() - t0
         pos = len(context) - self._prompt_len  # output position of the first draft token
         tokens: list[int] = []
@@ -133,19 +152,17 @@ class DraftModel:
             tokens.append(x)
             if i + 1 == k:
                 break
-            if self.p_min > 0.0 or policy is not None:
+            if self.p_min > 0.0 or keep_going is not None:
                 conf = confidence(logits, p, self.sampling)
-                if conf < self.p_min:
-                    break
                 chain.append(conf)
-                if policy is not None and not policy.keep_going(self.name, chain):
+                if conf < self.p_min or (keep_going is not None and not keep_going(chain)):
                     break
             logits = self.model.decode([x], logits_from=0)[0]
         seconds = time.perf_counter() - t0
         # a step normally feeds the draft 1-2 new tokens; a longer catch-up
         # is charged as that much, not as the draft's usual cost
         steady = seconds if behind <= 2 else seconds - t_sync * (1 - 2 / behind)
-        return Proposal(tokens, np.stack(rows) if rows else None, seconds, self.name, steady)
+        return Proposal(tokens, np.stack(rows) if rows else None, self.name, steady)
 
 
 class Oracle:
@@ -161,17 +178,18 @@ class Oracle:
         self.reference = list(reference)
         self._prompt_len = 0
 
-    def prepare(self, context: Sequence[int]) -> None:
-        self._prompt_len = len(context)
+    def prepare(self, prompt: Sequence[int]) -> None:
+        self._prompt_len = len(prompt)
 
-    def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal:
+    def candidates(self, context: Sequence[int]) -> list[Candidate]:
         done = len(context) - self._prompt_len
-        if context[self._prompt_len:] != self.reference[:done]:
-            return EMPTY
-        k = min(k, len(self.reference) - done)
-        if policy is not None:
-            k = policy.plan(self.name, k)
-        return Proposal(self.reference[done:done + k], None, 0.0, self.name) if k > 0 else EMPTY
+        if done >= len(self.reference) or context[self._prompt_len:] != self.reference[:done]:
+            return []
+        return [Candidate(self.name, len(self.reference) - done)]
+
+    def draft(self, context, cand, k, keep_going=None) -> Proposal:
+        done = len(context) - self._prompt_len
+        return Proposal(self.reference[done:done + k], None, self.name)
 
 
 class NGram:
@@ -193,7 +211,9 @@ class NGram:
 
     def _update(self, context: Sequence[int]) -> None:
         start = len(self._seen)
-        if start > len(context) or list(context[:start]) != self._seen:
+        # the context still extends what was indexed (checked at its end: a
+        # rewritten history only costs drafts, never correctness)
+        if start > len(context) or (start and context[start - 1] != self._seen[-1]):
             self._seen, self._index, start = [], {}, 0
         # index n-grams that end at positions < len(context) - 1: the final
         # n-gram of the context is the query, never its own match
@@ -204,13 +224,12 @@ class NGram:
                 if end + 1 >= n:
                     self._index[tuple(context[end + 1 - n:end + 1])] = end + 1
 
-    def prepare(self, context: Sequence[int]) -> None:
-        self._update(context)
+    def prepare(self, prompt: Sequence[int]) -> None:
+        self._update(prompt)
 
-    def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal:
-        if k <= 0 or len(context) < 2:
-            return EMPTY
-        t0 = time.perf_counter()
+    def candidates(self, context: Sequence[int]) -> list[Candidate]:
+        if len(context) < 2:
+            return []
         self._update(context)
         for n in range(min(self.n_max, len(context) - 1), self.n_min - 1, -1):
             nxt = self._index.get(tuple(context[-n:]))
@@ -222,40 +241,38 @@ class NGram:
                 while (length < 16 and nxt - length - 1 >= 0
                        and context[nxt - length - 1] == context[len(context) - length - 1]):
                     length += 1
-                source = f"ngram{length if length < 4 else 4 if length < 8 else 8}"
-                if policy is not None:
-                    k = policy.plan(source, min(k, len(context) - nxt))
-                tokens = list(context[nxt:nxt + k])
-                if tokens:
-                    return Proposal(tokens, None, time.perf_counter() - t0, source)
-                break
-        return Proposal([], None, time.perf_counter() - t0, self.name)
+                self._next = nxt
+                return [Candidate(f"ngram{length if length < 4 else 4 if length < 8 else 8}",
+                                  len(context) - nxt)]
+        return []
+
+    def draft(self, context, cand, k, keep_going=None) -> Proposal:
+        return Proposal(list(context[self._next:self._next + k]), None, cand.source)
 
 
 class Hybrid:
-    """N-gram lookup first (free); the draft model where the lookup finds
-    nothing, or nothing worth verifying."""
+    """The free n-gram lookup and the draft model side by side: the policy
+    picks whichever pays more this step (the lookup, where it matches)."""
 
     name = "hybrid"
 
-    def __init__(self, ngram: "NGram", draft: DraftModel):
-        self.ngram, self.draft = ngram, draft
+    def __init__(self, ngram: NGram, draft: DraftModel):
+        self.ngram, self.draft_model = ngram, draft
 
     @property
     def cost_prior(self) -> dict[str, float]:
-        return self.draft.cost_prior
+        return self.draft_model.cost_prior
 
-    def prepare(self, context: Sequence[int]) -> None:
-        self.ngram.prepare(context)
-        self.draft.prepare(context)
+    def prepare(self, prompt: Sequence[int]) -> None:
+        self.ngram.prepare(prompt)
+        self.draft_model.prepare(prompt)
 
-    def propose(self, context: Sequence[int], k: int, policy: Policy | None = None) -> Proposal:
-        found = self.ngram.propose(context, k, policy)
-        if found.tokens:
-            return found
-        drafted = self.draft.propose(context, k, policy)
-        return Proposal(drafted.tokens, drafted.probs, drafted.seconds + found.seconds, drafted.source,
-                        drafted.steady_s)
+    def candidates(self, context: Sequence[int]) -> list[Candidate]:
+        return self.ngram.candidates(context) + self.draft_model.candidates(context)
+
+    def draft(self, context, cand, k, keep_going=None) -> Proposal:
+        chosen = self.draft_model if cand.source == self.draft_model.name else self.ngram
+        return chosen.draft(context, cand, k, keep_going)
 
 
 def confidence(logits: np.ndarray, p: np.ndarray | None, sampling: SamplingConfig) -> float:

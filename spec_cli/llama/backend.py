@@ -20,7 +20,7 @@ import numpy as np
 
 import llama_cpp
 
-from .errors import SpecError
+from ..errors import SpecError
 
 _GGUF_MAGIC = b"GGUF"
 _Q8_0 = 8  # enum ggml_type
@@ -35,8 +35,11 @@ class LoadConfig:
     # False: llama.cpp's fast path for the backend (its own choices of flash
     # attention, KV type and CPU weight repacking); a batch's logits then
     # differ from one-token decodes in the last bits, as in every engine.
-    # True: the batch-invariant CPU configuration (see Model.__init__), and
-    # verification batches capped where they stay bitwise (probe.py).
+    # True: flash attention over a Q8_0 KV cache (see Model.__init__), and
+    # verification batches capped where they stay bitwise one-token logits
+    # (probe.py).  CPU weight repacking stays on: it rounds batches of 4+
+    # tokens differently, which the cap excludes, and turning it off costs
+    # a fifth of single-token speed here.
     deterministic: bool = False
 
 
@@ -73,9 +76,6 @@ class Model:
         check_gguf(self.path)
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = cfg.gpu_layers if cfg.gpu_layers >= 0 else 1_000_000
-        if cfg.deterministic:
-            # CPU weight repacking rounds batches of 4+ tokens differently
-            mparams.use_extra_bufts = False
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise SpecError(f"llama.cpp could not load {self.path}",
@@ -100,6 +100,9 @@ class Model:
             # (from 512 entries on) and rounds differently from a batch.
             cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
             cparams.type_k = cparams.type_v = _Q8_0
+        # what decides the kernels: part of what a probe result is valid for
+        self.numerics = (f"fa={cparams.flash_attn_type}|kv={cparams.type_k}/{cparams.type_v}|"
+                         f"repack={int(mparams.use_extra_bufts)}")
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
@@ -334,7 +337,7 @@ class Model:
         st = self.path.stat()
         return (f"{self.path.resolve()}|{st.st_size}|{int(st.st_mtime)}|"
                 f"{llama_cpp.__version__}|gpu={self._cfg.gpu_layers}|threads={self._cfg.n_threads}|"
-                f"{'deterministic' if self._cfg.deterministic else 'fast'}|probe=4")
+                f"{'deterministic' if self._cfg.deterministic else 'fast'}|{self.numerics}|probe=5")
 
     @property
     def deterministic(self) -> bool:
@@ -350,14 +353,20 @@ class Model:
         llama_cpp.llama_memory_clear(self._mem, True)
         self.tokens.clear()
 
-    def sync(self, tokens: Sequence[int]) -> np.ndarray:
-        """Make the KV cache hold exactly `tokens` and return the logits of
-        the last one, evaluating only what is not cached yet."""
+    def catch_up(self, tokens: Sequence[int], *, logits_last: bool = False) -> int | np.ndarray:
+        """Make the KV cache hold exactly `tokens`, evaluating only what is
+        not cached yet (the one rewind-and-extend helper).  Returns how many
+        tokens were evaluated, or with `logits_last` the last token's logits
+        (that token is then always evaluated)."""
         keep = common_prefix(self.tokens, tokens)
-        keep = min(keep, len(tokens) - 1)  # the last token must be evaluated for its logits
+        if logits_last:
+            keep = min(keep, len(tokens) - 1)
         self.truncate(keep)
-        rows = self.decode(list(tokens[keep:]), logits_from=len(tokens) - keep - 1)
-        return rows[0]
+        if len(tokens) > keep:
+            rows = self.decode(list(tokens[keep:]), logits_from=len(tokens) - keep - 1 if logits_last else None)
+            if logits_last:
+                return rows[0]
+        return len(tokens) - keep
 
 
 class ContextFull(SpecError):

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from . import mirror as mirror_mod
 from .mirror import Progress
-from .errors import SpecError
+from ..errors import SpecError
 from .registry import ModelEntry, Registry, cache_dir, load_registry
 
 def split_quant(arg: str) -> tuple[str, str | None]:

@@ -20,7 +20,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from .stats import Stats
+from ..core.stats import Stats
 
 err = Console(stderr=True, highlight=False)
 DRAFT_STYLE = "green"
@@ -191,6 +191,17 @@ def summary_line(stats: Stats, proposer: str, finish: str | None) -> str:
     parts += [f"draft {stats.draft_s:.2f}s", f"verify {stats.verify_s:.2f}s",
               f"finish {finish or 'unknown'}"]
     return " | ".join(parts)
+
+
+@contextlib.contextmanager
+def spinner(enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A one-line spinner on stderr; yields `say(description)`."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not enabled) as progress:
+        task = progress.add_task("bench", total=None)
+        yield lambda text: progress.update(task, description=text)
 
 
 @contextlib.contextmanager

@@ -1,41 +1,25 @@
 """Load a target (and draft), build the proposer, turn text into tokens.
 
-The glue between the CLI and the engine: every command goes through here,
-so model loading, pair checks and prompt formatting happen one way.
+Every command goes through here, so model loading, pair checks and prompt
+formatting happen one way; a `Session` (session.py) then runs one
+generation on the pair.
 """
 
 from __future__ import annotations
 
-import secrets
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from .backend import LoadConfig, Model
-from .errors import SpecError
+from ..llama.backend import LoadConfig, Model
+from ..errors import SpecError
 from .proposers import DraftModel, Hybrid, NGram, NoDraft, Proposer
-from .sampling import SamplingConfig
-
-if TYPE_CHECKING:
-    from .stats import Stats
+from ..core.sampling import SamplingConfig
+from .config import PairConfig
 
 PROPOSERS = ("hybrid", "draft", "ngram", "none")
 NEEDS_DRAFT = ("hybrid", "draft")
-
-
-@dataclass(frozen=True)
-class PairConfig:
-    target: str
-    draft: str | None = None
-    proposer: str = "hybrid"
-    ctx: int = 4096
-    threads: int = 0
-    gpu_layers: int = 0
-    draft_gpu_layers: int = 0
-    p_min: float = 0.0
-    deterministic: bool = False  # the target's numerics: see backend.LoadConfig
-    rule: str = "gumbel"         # see engine.GenConfig
 
 
 @dataclass
@@ -45,11 +29,10 @@ class Pair:
     config: PairConfig
     draft_name: str | None = None  # as given, or the registry's suggestion
 
-    def proposer(self, sampling: SamplingConfig, seed: int) -> Proposer:
-        return self.proposer_named(self.config.proposer, sampling, seed)
-
-    def proposer_named(self, name: str, sampling: SamplingConfig, seed: int, *,
-                       rule: str | None = None) -> Proposer:
+    def new_proposer(self, sampling: SamplingConfig, seed: int, *, name: str | None = None,
+                     rule: str | None = None) -> Proposer:
+        """A fresh proposer object: the configured one, or `name`."""
+        name = name or self.config.proposer
         if name not in PROPOSERS:
             raise SpecError(f"unknown proposer {name!r}", hint=f"Choose one of: {', '.join(PROPOSERS)}.")
         if name in NEEDS_DRAFT and self.draft is None:
@@ -77,8 +60,8 @@ class Pair:
 
 def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int], None]] | None = None) -> Pair:
     """Resolve names (downloading what is missing), load, check the pair."""
-    from .download import resolve
-    from .registry import load_registry
+    from ..models.download import resolve
+    from ..models.registry import load_registry
 
     if cfg.proposer not in PROPOSERS:
         raise SpecError(f"unknown proposer {cfg.proposer!r}",
@@ -113,7 +96,7 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
             raise SpecError(
                 f"{draft_arg} cannot draft for {cfg.target}: {why}",
                 hint=_fitting_drafts_hint(cfg.target, registry))
-    from . import probe
+    from ..llama import probe
 
     try:
         probe.load(target)  # the cost model's prior, measured (or recalled) before the first request
@@ -128,7 +111,7 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
 
 
 def _suggested_draft(target: str, registry) -> str:
-    from .download import is_path, split_quant
+    from ..models.download import is_path, split_quant
 
     if not is_path(target):
         entry = registry.lookup(split_quant(target)[0])
@@ -139,7 +122,7 @@ def _suggested_draft(target: str, registry) -> str:
 
 
 def _fitting_drafts_hint(target: str, registry) -> str:
-    from .download import is_path, split_quant
+    from ..models.download import is_path, split_quant
 
     if not is_path(target):
         try:
@@ -167,53 +150,3 @@ def prompt_tokens(target: Model, text: str, *, raw: bool, system: str | None = N
     messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": text}]
     return target.tokenize_chat(target.apply_chat_template(messages))
-
-
-def new_seed() -> int:
-    return secrets.randbits(31)
-
-
-@dataclass
-class Outcome:
-    stats: "Stats"
-    tokens: list[int]
-    text: str
-    finish: str | None
-    segments: list | None = None  # (text, from draft) pairs, when a view kept them
-    margins: list[float] = field(default_factory=list)  # with GenConfig.margins
-
-
-def stream(pair: Pair, prompt: list[int], gen, *, proposer: Proposer,
-           on_step: Callable | None = None, until: Callable[[str], bool] | None = None) -> Outcome:
-    """Run the engine to the end, accumulating statistics; Ctrl-C ends the
-    generation with finish "interrupted" and keeps what was written.
-    `until(text so far)` returning True ends it with finish "stop"."""
-    import time
-
-    from .engine import generate
-    from .stats import Stats
-
-    stats, tokens, text, finish, margins = Stats(), [], [], None, []
-    t0 = time.perf_counter()
-    try:
-        for step in generate(pair.target, proposer, prompt, gen):
-            stats.add(n_tokens=len(step.tokens), drafted=step.drafted, accepted=step.accepted,
-                      draft_s=step.draft_s, verify_s=step.verify_s)
-            stats.prefill_s += step.prefill_s
-            stats.prefill_tokens += step.prefill_tokens
-            stats.wall_s = time.perf_counter() - t0
-            if not stats.ttft_s and step.tokens:
-                stats.ttft_s = stats.wall_s
-            tokens.extend(step.tokens)
-            margins.extend(step.margins)
-            text.append(step.text)
-            finish = step.finish_reason
-            if on_step is not None:
-                on_step(step, stats)
-            if until is not None and finish is None and until("".join(text)):
-                finish = "stop"
-                break
-    except KeyboardInterrupt:
-        finish = "interrupted"
-    stats.wall_s = time.perf_counter() - t0
-    return Outcome(stats, tokens, "".join(text), finish, margins=margins)

@@ -64,7 +64,8 @@ class CostModel:
         self._seen: dict[int, tuple[float, float]] = {}  # n -> (seconds, pace then)
 
     @classmethod
-    def from_timings(cls, timings: dict[int, float], n_max: int) -> "CostModel":
+    def from_timings(cls, timings: dict[int, float], n_max: int,
+                     draft_s: dict[str, float] | None = None) -> "CostModel":
         """Fill c(1..n_max) from measured batch timings (linear between points)."""
         known = sorted((n, s) for n, s in timings.items() if s > 0)
         if not known:
@@ -82,7 +83,7 @@ class CostModel:
                 out.append(s0 + slope * (n - n0))
             else:
                 out.append(above[0][1] * n / above[0][0])
-        return cls(out)
+        return cls(out, draft_s)
 
     @property
     def verify_s(self) -> list[float]:
@@ -153,6 +154,13 @@ MIN_DRAFTING, MIN_PLAIN = 8, 4   # evidence before the safeguard judges
 MIN_BACK = 4     # probe steps that must win before a stopped proposer drafts again
 
 
+@dataclass(frozen=True)
+class _Offer:
+    source: str
+    limit: int
+    setup_s: float = 0.0
+
+
 def group(source: str) -> str:
     """The safeguard judges n-gram lookups as one proposer."""
     return "ngram" if source.startswith("ngram") else source
@@ -201,45 +209,65 @@ class Policy:
                 best_k, best = k, r
         return best_k
 
-    def plan(self, proposer: str, limit: int, *, setup_s: float = 0.0) -> int:
-        """The best k (0 = do not draft) for `proposer`, at most `limit`.
-        `setup_s`: what drafting now costs once (a draft model's catch-up)."""
-        limit = min(limit, self.k_max)
-        if limit <= 0:
-            return 0
-        d = self.cost.draft_s.get(proposer, 0.0)
-        rates = self._acc(proposer).rates
-        k = self._best(rates, d, limit)
-        if k > 0 and not self._saves(rates[:k], d, setup_s):
-            k = 0
-        if k > 0 and group(proposer) not in self.stopped:
-            self._idle[proposer] = 0
-            self._wait[proposer] = self.probe_every
+    def choose(self, candidates, limit: int):
+        """Once per step: which candidate drafts, and how far.
+
+        `candidates` are what the proposers could draft now (each with
+        `source`, `limit` and `setup_s`, see proposers.Candidate).  Returns
+        (candidate, k), or (None, 0) for a plain step."""
+        best, best_rate = None, 1.0 / self.cost.c(1)
+        for cand in candidates:
+            n = min(limit, cand.limit, self.k_max)
+            if n <= 0 or group(cand.source) in self.stopped:
+                continue
+            d = self.cost.draft_s.get(cand.source, 0.0)
+            rates = self._acc(cand.source).rates
+            k = self._best(rates, d, n)
+            if k > 0 and self._saves(rates[:k], d, cand.setup_s) and self.cost.rate(rates[:k], d) > best_rate:
+                best, best_rate = (cand, k), self.cost.rate(rates[:k], d)
+        if best is not None:
+            self._idle[best[0].source] = 0
+            self._wait[best[0].source] = self.probe_every
             self._drafting += 1
             if self._drafting % self.plain_every == 0:
-                return 0  # a plain step now and then keeps c(1), the bar to beat, measured
-            return k
-        # Not worth it on what we know, or the clock says it is losing.  If
-        # even a draft that is always accepted would not pay (the draft is too
-        # slow for this target), there is nothing to learn; else look again
-        # now and then, waiting twice as long after each look that did not
-        # change the answer.
-        ideal = next((n for n in range(1, limit + 1) if self._saves([1.0] * n, d, setup_s)), 0)
+                return None, 0  # a plain step now and then keeps c(1), the bar to beat, measured
+            return best
+        for cand in candidates:
+            k = self._probe(cand, min(limit, cand.limit, self.k_max))
+            if k > 0:
+                return cand, k
+        return None, 0
+
+    def _probe(self, cand, n: int) -> int:
+        """Not worth it on what we know, or the clock says it is losing.  If
+        even a draft that is always accepted would not pay (the draft is too
+        slow for this target), there is nothing to learn; else look again
+        now and then, waiting twice as long after each look that did not
+        change the answer, and soon again when the machine's pace changed."""
+        if n <= 0:
+            return 0
+        source = cand.source
+        d = self.cost.draft_s.get(source, 0.0)
+        ideal = next((k for k in range(1, n + 1) if self._saves([1.0] * k, d, cand.setup_s)), 0)
         if ideal == 0:
             return 0
-        idle = self._idle.get(proposer, 0) + 1
-        wait = self._wait.get(proposer, self.probe_every)
-        then = self._pace_then.setdefault(proposer, self.cost.pace)
+        idle = self._idle.get(source, 0) + 1
+        wait = self._wait.get(source, self.probe_every)
+        then = self._pace_then.setdefault(source, self.cost.pace)
         if max(then / self.cost.pace, self.cost.pace / then) > PACE_CHANGE:
             wait = self.probe_every  # the machine changed: look again soon
-            self._pace_then[proposer] = self.cost.pace
+            self._pace_then[source] = self.cost.pace
         if idle < wait:
-            self._idle[proposer] = idle
+            self._idle[source] = idle
             return 0
-        self._idle[proposer] = 0
-        self._wait[proposer] = min(wait * 2, 1024)
-        self._pace_then[proposer] = self.cost.pace
-        return max(k, ideal)
+        self._idle[source] = 0
+        self._wait[source] = min(wait * 2, 1024)
+        self._pace_then[source] = self.cost.pace
+        return ideal
+
+    def plan(self, source: str, limit: int, *, setup_s: float = 0.0) -> int:
+        """`choose` for a single proposer: the k to draft (0 = none)."""
+        return self.choose([_Offer(source, limit, setup_s)], limit)[1]
 
     def keep_going(self, proposer: str, chain: list[float]) -> bool:
         """After drafting len(chain) tokens whose acceptance chances (the

@@ -22,10 +22,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .errors import SpecError
+from ..errors import SpecError
 from .mirror import Mirror
 
-BUILTIN_REGISTRY = Path(__file__).resolve().parent / "models.toml"
+BUILTIN_REGISTRY = Path(__file__).resolve().parent.parent / "models.toml"
 
 _ENTRY_KEYS = {"repo", "file", "family", "params", "draft", "aliases", "quants",
                "mirror", "description"}

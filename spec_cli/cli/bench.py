@@ -1,0 +1,76 @@
+"""`spec-cli bench`: is it faster on this machine?"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from ..errors import SpecError
+from ..run.config import PairConfig
+from .common import (load, sampling, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLayers, DraftMax, GpuLayers,
+                     Target, Temp, Threads)
+
+
+def bench(
+    prompts: Annotated[List[Path], typer.Option("--prompts", "-p", help="JSON-lines prompt files (id, kind, "
+                                                "prompt); repeatable. Default: spec-cli's own small set.")] = [],
+    target: Target = DEFAULT_TARGET, draft: Draft = None,
+    proposer: Annotated[List[str], typer.Option(
+        "--proposer", help="Proposer to compare with the target alone; repeatable: hybrid, draft, ngram, or "
+                           "oracle (drafts what the target alone wrote: the ceiling). NAME@K drafts K tokens "
+                           "every step (no cost model).")] = ["hybrid"],
+    sweep_draft_max: Annotated[Optional[str], typer.Option(
+        "--sweep-draft-max", help="Also try each proposer at these fixed lengths, e.g. 1,2,3,4,6.")] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Tokens per generation.")] = 128,
+    n_prompts: Annotated[int, typer.Option("--n-prompts", min=0, help="First N prompts of each file "
+                                                                       "(0 = all).")] = 0,
+    temp: Temp = 0.0,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed (the same for every run).")] = 0,
+    draft_max: DraftMax = 16, ctx: Ctx = 4096, threads: Threads = 0, gpu_layers: GpuLayers = 0,
+    draft_gpu_layers: DraftGpuLayers = 0, deterministic: Deterministic = False,
+    rule: Annotated[List[str], typer.Option("--rule", help="gumbel | residual; repeatable to compare the "
+                                                           "two rules.")] = ["gumbel"],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with a `sets` list.")] = False,
+) -> None:
+    """Is it faster on this machine?  The target alone and each proposer,
+    interleaved prompt by prompt, timed end to end, next to the ceiling."""
+    from ..run.bench import DEFAULT_PROMPTS, problems, report, run_bench, variants_from
+    from ..run.engine import GenConfig
+    from ..term import render
+    from .common import check_rule
+
+    files = list(prompts) or [DEFAULT_PROMPTS]
+    for f in files:
+        if not f.is_file():
+            raise SpecError(f"prompt file not found: {f}")
+    variants = variants_from(proposer, sweep_draft_max, [check_rule(r) for r in rule])
+    if not variants:
+        raise SpecError("nothing to compare: give a --proposer other than none")
+    needs_draft = any(v.proposer in ("hybrid", "draft") for v in variants)
+    pair = load(PairConfig(target, draft, "hybrid" if needs_draft else "ngram", ctx, threads, gpu_layers,
+                           draft_gpu_layers, deterministic=deterministic), quiet=as_json)
+    try:
+        gen = GenConfig(sampling=sampling(temp), max_tokens=max_tokens, draft_max=draft_max, seed=seed)
+        with render.spinner(enabled=not as_json) as progress:
+            try:
+                sets = run_bench(pair, files, variants, n_prompts=n_prompts or None, gen_base=gen,
+                                 on_progress=progress)
+            except KeyboardInterrupt:
+                raise SpecError("bench interrupted; no results", exit_code=130) from None
+        result = report(pair, sets, target=target, deterministic=deterministic, rules=rule, max_tokens=max_tokens,
+                        temperature=temp, seed=seed, draft_max=draft_max)
+        if as_json:
+            print(json.dumps(result, indent=1))
+        else:
+            render.wide_err().print(render.bench_table(result))
+        wrong = problems(sets, deterministic=deterministic)
+        if wrong:
+            render.error("output parted from the target alone where rounding cannot explain it: "
+                         "this is a bug in spec-cli\n" + "\n".join(wrong),
+                         "Please report it with the command and the prompt file.")
+            raise typer.Exit(2)
+    finally:
+        pair.close()

@@ -1,0 +1,168 @@
+"""`spec-cli chat`: a conversation in the model's own chat template.  Each
+turn evaluates only its new tokens: the target's and the draft's KV caches
+carry the conversation."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..run.config import PairConfig
+from .common import (load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
+                     GpuLayers, MinP, PMin, ProposerName, Quiet, Rule, Seed,
+                     Target, Temp, Threads, TopK, TopP, print_coloured, run_session, stdout_write)
+
+CHAT_HELP = "/reset  /stats  /save FILE  /exit  -- Ctrl-C stops a reply, Ctrl-D exits"
+
+
+def chat(
+    target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
+    system: Annotated[Optional[str], typer.Option("--system", help="System message for the conversation.")] = None,
+    temp: Temp = 0.0, top_k: TopK = 0, top_p: TopP = 1.0, min_p: MinP = 0.0, seed: Seed = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens per reply.")] = 1024,
+    draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
+    ctx: Ctx = 4096, threads: Threads = 0, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
+    deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
+) -> None:
+    """Chat in the model's own chat template.  Each turn evaluates only its
+    new tokens: the target's and the draft's KV caches are reused."""
+    from ..core.stats import Stats
+    from ..run.engine import GenConfig
+    from ..term import render
+
+    gen = GenConfig(sampling=sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
+                    adaptive=not fixed_draft, seed=seed_or_new(seed), rule=rule)
+    pair = load(PairConfig(target, draft, proposer, ctx, threads, gpu_layers, draft_gpu_layers, p_min,
+                           deterministic, rule), quiet=quiet)
+    interactive = render.is_tty(sys.stdin)
+    if interactive:
+        _setup_history()
+    chat = _Chat(pair, base=[{"role": "system", "content": system}] if system else [], label=proposer,
+                 target=target, quiet=quiet, total=Stats(), gen=gen)
+    if not quiet:
+        render.note(f"chat with {target}" + (f", drafting with {pair.draft_name}" if pair.draft else "")
+                    + f", proposer {proposer}\n{CHAT_HELP}")
+    try:
+        while True:
+            try:
+                line = input("you> " if interactive else "").strip()
+            except EOFError:
+                break
+            except KeyboardInterrupt:
+                print()
+                continue
+            if line.startswith("/"):
+                if not chat.command(line):
+                    break
+            elif line:
+                chat.turn(line)
+    finally:
+        pair.close()
+
+
+class _Chat:
+    def __init__(self, pair, *, base: list, label: str, target: str, quiet: bool, total, gen):
+        self.pair, self.base, self.label, self.target, self.quiet = pair, base, label, target, quiet
+        self.messages = list(base)
+        self.total, self.gen, self.turns = total, gen, 0
+        self.proposer = pair.new_proposer(gen.sampling, gen.seed)  # one for the conversation: its index carries over
+
+    def command(self, line: str) -> bool:
+        """A slash command; False ends the chat."""
+        from ..term import render
+
+        cmd, _, arg = line.partition(" ")
+        if cmd in ("/exit", "/quit"):
+            return False
+        if cmd == "/reset":
+            self.messages = list(self.base)
+            render.note("conversation cleared")
+        elif cmd == "/stats":
+            render.err.print(render.summary_table(self.total, proposer=self.label, finish=None))
+        elif cmd == "/save":
+            _save_chat(arg.strip(), self.target, self.messages)
+        else:
+            render.note(f"unknown command {cmd}; {CHAT_HELP}")
+        return True
+
+    def turn(self, line: str) -> None:
+        import dataclasses
+
+        from ..run.session import Session
+        from ..term import render
+
+        target = self.pair.target
+        self.messages.append({"role": "user", "content": line})
+        tokens = target.tokenize_chat(target.apply_chat_template(self.messages))
+        if len(tokens) >= target.n_ctx:
+            self.messages.pop()
+            render.error(f"the conversation no longer fits the context ({len(tokens)} tokens, --ctx {target.n_ctx})",
+                         "Type /reset to start over, or restart with a larger --ctx.")
+            return
+        self.turns += 1
+        gen = dataclasses.replace(self.gen, seed=self.gen.seed + self.turns)
+        display = Display.decide(quiet=self.quiet)
+        out = run_session(Session(self.pair, tokens, gen, self.proposer), display, label=self.label,
+                          sink=None if display.stdout_tty else stdout_write)
+        if display.stdout_tty:
+            print_coloured(out, end="\n")
+        elif not out.text.endswith("\n"):
+            stdout_write("\n")
+        self.messages.append({"role": "assistant", "content": out.text})
+        self.total.merge(out.stats)
+        s = out.stats
+        if not self.quiet:
+            render.note(f"[{s.tokens} tokens, {s.tokens_per_s:.1f} tok/s, "
+                        + (f"accepted {s.acceptance_rate:.0%}, " if s.drafted else "")
+                        + f"prompt: {s.prefill_tokens} new tokens evaluated]")
+        if out.finish == "interrupted":
+            render.note("(reply interrupted; the conversation is kept)")
+        elif out.finish == "context":
+            render.note("(the context is full: /reset to start over)")
+
+
+def _setup_history() -> None:
+    import atexit
+
+    from ..files import state_dir
+
+    try:
+        import readline
+    except ImportError:  # pragma: no cover - not on every platform
+        return
+    path = state_dir() / "chat_history"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            readline.read_history_file(path)
+    except OSError:
+        return
+    readline.set_history_length(1000)
+    atexit.register(lambda: _write_history(readline, path))
+
+
+def _write_history(readline, path: Path) -> None:
+    try:
+        readline.write_history_file(path)
+    except OSError:
+        pass
+
+
+def _save_chat(name: str, target: str, messages: list) -> None:
+    from ..files import atomic_write
+    from ..term import render
+
+    if not name:
+        render.note("usage: /save FILE")
+        return
+    path = Path(name).expanduser()
+    try:
+        atomic_write(path, json.dumps({"target": target, "messages": messages}, indent=1, ensure_ascii=False))
+    except OSError as e:
+        render.error(f"cannot save to {path}: {e.strerror}")
+        return
+    render.note(f"saved {len(messages)} messages to {path}")

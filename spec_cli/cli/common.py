@@ -1,0 +1,160 @@
+"""What the commands share: option types (typer `Annotated` aliases, as in
+huggingface_hub's cli/_cli_utils.py), loading a pair with download progress,
+and running a Session with the live view.
+
+Heavy modules (llama_cpp, numpy, huggingface_hub) are imported inside the
+functions so that `spec-cli --help` is instant.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+
+from ..core.config import SamplingConfig
+from ..errors import SpecError
+from ..run.config import PairConfig
+
+DEFAULT_TARGET = "qwen2.5-coder-1.5b"
+
+# -- options shared by the commands that generate ---------------------------
+
+Target = Annotated[str, typer.Option("--target", "-t", help="Target model: name, name:QUANT or .gguf path.")]
+Draft = Annotated[Optional[str], typer.Option("--draft", "-d",
+                                              help="Draft model (default: the target's suggested draft).")]
+ProposerName = Annotated[str, typer.Option("--proposer", help="hybrid (n-gram lookup, else the draft model) | "
+                                                              "draft | ngram | none (the target alone).")]
+Fixed = Annotated[bool, typer.Option("--fixed-draft",
+                                     help="Always draft --draft-max tokens (no cost model; for comparisons).")]
+Temp = Annotated[float, typer.Option("--temp", min=0.0, help="Temperature; 0 is greedy.")]
+TopK = Annotated[int, typer.Option("--top-k", min=0, help="Keep the k most likely tokens (0 = off).")]
+TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (1 = off).")]
+MinP = Annotated[float, typer.Option("--min-p", min=0.0, max=1.0,
+                                     help="Drop tokens below min_p x the top probability.")]
+Seed = Annotated[Optional[int], typer.Option("--seed", help="Random seed: it fixes the text, whatever was "
+                                                            "drafted (default: a fresh one, reported with --json).")]
+DraftMax = Annotated[int, typer.Option("--draft-max", min=0, help="Most tokens drafted per step (the cost "
+                                                                   "model drafts fewer where that pays).")]
+PMin = Annotated[float, typer.Option("--p-min", min=0.0, max=1.0,
+                                     help="Stop drafting when the draft's top probability falls below this.")]
+Ctx = Annotated[int, typer.Option("--ctx", min=64, help="Context size in tokens, for both models.")]
+Threads = Annotated[int, typer.Option("--threads", min=0, help="CPU threads (0 = all cores).")]
+GpuLayers = Annotated[int, typer.Option("--gpu-layers", help="Target layers on the GPU (-1 = all).")]
+DraftGpuLayers = Annotated[int, typer.Option("--draft-gpu-layers", help="Draft layers on the GPU (-1 = all).")]
+Deterministic = Annotated[bool, typer.Option(
+    "--deterministic",
+    help="Bit-for-bit the target alone's output: llama.cpp's batch-invariant settings and verification "
+         "batches capped where their logits equal one-token decodes (less speculation, none to speak of "
+         "on a GPU). Default: llama.cpp's fast kernels; the acceptance rule is exact and the output is "
+         "the target's up to floating-point rounding, as in every engine.")]
+Rule = Annotated[str, typer.Option(
+    "--rule", help="gumbel: each token is fixed by the seed and the target alone, whatever was drafted | "
+                   "residual: the classic rule (higher acceptance for a sampled draft; the text then "
+                   "depends on the drafts). Both sample the target's distribution exactly.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr but errors.")]
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of streaming text.")]
+MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens to generate.")]
+
+
+def load(cfg: PairConfig, *, quiet: bool):
+    """Resolve (downloading with progress on stderr), load and check the pair."""
+    from ..run.runner import load_pair
+    from ..term import render
+
+    check_rule(cfg.rule)
+    with render.download_progress(enabled=not quiet) as progress:
+        return load_pair(cfg, progress=progress)
+
+
+def sampling(temp: float, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> SamplingConfig:
+    try:
+        return SamplingConfig(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p)
+    except ValueError as e:
+        raise SpecError(str(e)) from e
+
+
+def seed_or_new(seed: int | None) -> int:
+    import secrets
+    return secrets.randbits(31) if seed is None else seed
+
+
+def check_rule(rule: str) -> str:
+    from ..run.engine import RULES
+
+    if rule not in RULES:
+        raise SpecError(f"unknown rule {rule!r}", hint=f"Choose one of: {', '.join(RULES)}.")
+    return rule
+
+
+# -- the terminal ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Display:
+    """Where things go, decided once: the live view on stderr (a terminal,
+    not --quiet, not --json), and whether stdout is a terminal too (then
+    the coloured text is printed at the end, as the live view showed it)."""
+
+    live: bool
+    stdout_tty: bool
+
+    @classmethod
+    def decide(cls, *, quiet: bool, as_json: bool = False) -> "Display":
+        from ..term import render
+        live = not (quiet or as_json) and render.is_tty(sys.stderr)
+        return cls(live=live, stdout_tty=live and render.is_tty(sys.stdout))
+
+
+def run_session(session, display: Display, *, label: str, sink: Callable[[str], None] | None = None,
+                progress_total: int | None = None):
+    """Run a Session, with the live view when `display.live`.  `sink(text)`
+    receives text as it comes."""
+    from ..term import render
+
+    if not display.live:
+        return session.run(lambda step, stats: sink(step.text) if sink and step.text else None)
+    view = render.LiveView(proposer=label, show_text=progress_total is None, progress_total=progress_total)
+
+    def on_step(step, stats):
+        if sink is not None and step.text:
+            sink(step.text)
+        view.update(stats, step.segments, step.drafted)
+
+    with view:
+        return session.run(on_step)
+
+
+def print_coloured(session, *, end: str = "") -> None:
+    from rich.console import Console
+
+    from ..term import render
+    Console(highlight=False).print(render.coloured(session.segments or [(session.text, False)]), end=end)
+
+
+def stdout_write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def read_file(path: Path, *, what: str = "prompt file", allow_empty: bool = False) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{what} not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"cannot read {what} {path}: {e}") from e
+    if not allow_empty and not text.strip():
+        raise SpecError(f"the {what} {path} is empty")
+    return text
+
+
+def read_stdin() -> str:
+    if sys.stdin is None or sys.stdin.isatty():
+        raise SpecError("no prompt given", hint="Pass the prompt as an argument, or pipe it on stdin.")
+    text = sys.stdin.read()
+    if not text.strip():
+        raise SpecError("the prompt on stdin is empty")
+    return text

@@ -1,0 +1,124 @@
+"""`spec-cli generate`: one generation, streamed; a document with --file/--output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from ..errors import SpecError
+from ..run.config import PairConfig
+from .common import (load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
+                     GpuLayers, Json, MaxTokens, MinP, PMin, ProposerName, Quiet, Rule,
+                     Seed, Target, Temp, Threads, TopK, TopP, print_coloured, read_file, read_stdin, run_session,
+                     stdout_write)
+
+
+def generate(
+    prompt: Annotated[Optional[str], typer.Argument(help="The prompt; read from --file or stdin when left out.")] = None,
+    file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Read the prompt from this file.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the text to this file "
+                                                                         "(atomically) instead of stdout.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --output if it exists.")] = False,
+    target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
+    temp: Temp = 0.0, top_k: TopK = 0, top_p: TopP = 1.0, min_p: MinP = 0.0, seed: Seed = None,
+    max_tokens: MaxTokens = 256, draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
+    ctx: Ctx = 4096, threads: Threads = 0, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
+    deterministic: Deterministic = False, rule: Rule = "gumbel",
+    stop: Annotated[List[str], typer.Option("--stop", help="Stop at this string (repeatable).")] = [],
+    system: Annotated[Optional[str], typer.Option("--system", help="System message (chat template only).")] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="No chat template: continue the prompt text as is.")] = False,
+    quiet: Quiet = False, as_json: Json = False,
+) -> None:
+    """Generate text after a prompt, speculatively: a chat turn by default,
+    plain continuation with --raw; a document with --file/--output."""
+    from ..run.engine import GenConfig
+    from ..run.runner import prompt_tokens
+    from ..run.session import Session
+
+    if prompt is not None and file is not None:
+        raise SpecError("give the prompt as an argument or with --file, not both")
+    text = read_file(file) if file is not None else prompt if prompt is not None else read_stdin()
+    out_file = AtomicOutput(output, force) if output is not None else None  # refuse before loading
+    seed = seed_or_new(seed)
+    gen = GenConfig(sampling=sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
+                    adaptive=not fixed_draft, stop=tuple(stop), seed=seed, rule=rule)
+    pair = load(PairConfig(target, draft, proposer, ctx, threads, gpu_layers, draft_gpu_layers, p_min,
+                           deterministic, rule), quiet=quiet or as_json)
+    try:
+        display = Display.decide(quiet=quiet, as_json=as_json)
+        coloured_at_end = out_file is None and display.stdout_tty
+        sink = out_file.write if out_file else None if (as_json or coloured_at_end) else stdout_write
+        session = Session(pair, prompt_tokens(pair.target, text, raw=raw, system=system), gen,
+                          pair.new_proposer(gen.sampling, seed))
+        run_session(session, display, label=proposer, sink=sink, progress_total=max_tokens if out_file else None)
+        _report(session, seed=seed, output=output, out_file=out_file, as_json=as_json, quiet=quiet,
+                coloured_at_end=coloured_at_end, label=proposer)
+    finally:
+        if out_file is not None:
+            out_file.discard()
+        pair.close()
+
+
+def _report(session, *, seed, output, out_file, as_json, quiet, coloured_at_end, label) -> None:
+    from ..term import render
+
+    if out_file is not None:
+        out_file.commit()
+        if not quiet:
+            render.note(f"wrote {session.stats.tokens} tokens to {output}"
+                        + (" (incomplete: interrupted)" if session.finish == "interrupted" else ""))
+    if as_json:
+        print(json.dumps({"text": session.text, "tokens": session.tokens, "finish_reason": session.finish,
+                          "seed": seed, "stats": session.stats.as_dict()}, ensure_ascii=False))
+    else:
+        if coloured_at_end:
+            print_coloured(session)
+        if out_file is None and session.text and not session.text.endswith("\n"):
+            stdout_write("\n")
+        if not quiet:
+            if render.is_tty(sys.stderr):
+                render.err.print(render.summary_table(session.stats, proposer=label, finish=session.finish))
+            else:
+                render.note(render.summary_line(session.stats, label, session.finish))
+    if session.finish == "interrupted":
+        if not quiet:
+            render.note("interrupted: the text so far is kept" + (f" in {output}" if output else ""))
+        raise typer.Exit(130)
+
+
+class AtomicOutput:
+    """Text goes to a temporary file beside `path`, renamed over it at the
+    end; an existing file is kept unless `force`."""
+
+    def __init__(self, path: Path, force: bool):
+        import tempfile
+
+        self.path = path
+        if path.exists() and not force:
+            raise SpecError(f"{path} exists", hint="Use --force to overwrite it, or choose another --output.")
+        if path.is_dir():
+            raise SpecError(f"{path} is a directory")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".part")
+        except OSError as e:
+            raise SpecError(f"cannot write {path}: {e.strerror}") from e
+        self.tmp = Path(tmp)
+        self._f = open(fd, "w", encoding="utf-8")
+
+    def write(self, text: str) -> None:
+        self._f.write(text)
+        self._f.flush()
+
+    def commit(self) -> None:
+        import os
+        self._f.close()
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+        self.tmp.unlink(missing_ok=True)

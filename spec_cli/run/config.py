@@ -1,0 +1,20 @@
+"""What a pair of models is loaded with: plain data, importable without
+llama.cpp (the CLI builds it before anything heavy is loaded)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PairConfig:
+    target: str
+    draft: str | None = None
+    proposer: str = "hybrid"
+    ctx: int = 4096
+    threads: int = 0
+    gpu_layers: int = 0
+    draft_gpu_layers: int = 0
+    p_min: float = 0.0
+    deterministic: bool = False  # the target's numerics: see backend.LoadConfig
+    rule: str = "gumbel"         # see engine.GenConfig

@@ -1,0 +1,274 @@
+"""The speculative loop.  Never prints; yields one frozen `Step` per target
+batch.  `step` is one round, numbered as in the papers (Leviathan et al.
+2022, Chen et al. 2023; the shape of gpt-fast's `speculative_decode`):
+
+  1. the policy chooses, once, which proposer drafts and how far (k), and
+     that proposer drafts up to k tokens after the context;
+  2. the target scores [last context token, draft...] in one batch: k+1 rows;
+  3. the rule keeps the longest valid prefix of the draft: by default each
+     position's token is the target's Gumbel-max choice for (seed,
+     position) -- the argmax when greedy -- so the text is the target's
+     whatever was drafted; `--rule residual` is the classic rule;
+  4. the target's own token follows: the correction at the first rejected
+     position, or the bonus token when everything was accepted;
+  5. the target's KV cache is rewound past the accepted tokens (the next
+     token is fed with the next batch).
+
+`generate` wraps the rounds: end-of-generation tokens, stop strings, max
+tokens and a full context end the loop with a finish reason.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..llama.backend import Detokenizer, Model
+from ..errors import SpecError
+from .proposers import EMPTY, Proposal, Proposer
+from ..core.sampling import SamplingConfig, choose, margin, probs as to_probs
+from ..core.policy import CostModel, Policy
+from ..core.verify import verify, verify_choices
+
+
+RULES = ("gumbel", "residual")
+
+
+@dataclass(frozen=True)
+class GenConfig:
+    sampling: SamplingConfig = SamplingConfig()
+    max_tokens: int = 256
+    draft_max: int = 16
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    adaptive: bool = True  # draft length and on/off from the cost model (policy.py)
+    # "gumbel": each position's token is fixed by (seed, position) and the
+    # target alone, whatever was drafted; "residual": the classic rule
+    rule: str = "gumbel"
+    margins: bool = False  # record each decision's top-1 minus top-2 margin (bench)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One target batch.
+
+    tokens: the ids this step added to the output, in order.
+    from_draft: for each of `tokens`, True if the draft proposed it and the
+        target accepted it; the last token of a step is the target's own.
+    text: the text this step adds (stop strings cut, partial UTF-8 held back).
+    segments: `text` split by origin: (piece, from the draft?) pairs.
+    drafted / accepted: draft tokens proposed / accepted in this step.
+    draft_s / verify_s: seconds spent drafting / in the target batch and rule.
+    prefill_tokens / prefill_s: prompt tokens evaluated before the first step
+        (0 on later steps; a reused KV cache makes it small).
+    margins: with GenConfig.margins, the target's top-1 minus top-2 margin
+        (sampling.margin) at each decision of the step, an end-of-generation
+        token included; else empty.
+    finish_reason: None while going on; else "stop" (end-of-generation token
+        or stop string), "length" (max tokens) or "context" (context full).
+    """
+
+    tokens: tuple[int, ...]
+    from_draft: tuple[bool, ...]
+    text: str
+    segments: tuple[tuple[str, bool], ...]
+    drafted: int
+    accepted: int
+    draft_s: float
+    verify_s: float
+    prefill_tokens: int = 0
+    prefill_s: float = 0.0
+    finish_reason: str | None = None
+    margins: tuple[float, ...] = ()
+
+
+class StopMatcher:
+    """Holds back text that may be the start of a stop string."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = [s for s in stops if s]
+        self._buf = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        self._buf += text
+        for s in self.stops:
+            i = self._buf.find(s)
+            if i >= 0:
+                out, self._buf = self._buf[:i], ""
+                return out, True
+        hold = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(self._buf)), 0, -1):
+                if self._buf.endswith(s[:n]):
+                    hold = max(hold, n)
+                    break
+        out = self._buf[:len(self._buf) - hold]
+        self._buf = self._buf[len(self._buf) - hold:]
+        return out, False
+
+    def flush(self) -> str:
+        out, self._buf = self._buf, ""
+        return out
+
+
+@dataclass
+class Round:
+    """What one `step` did."""
+
+    draft: list[int]
+    accepted: int
+    token: int              # the target's own: correction or bonus
+    source: str
+    draft_s: float
+    verify_s: float
+    logits: np.ndarray      # the target's k+1 rows
+
+
+def step(target: Model, proposer: Proposer, policy: Policy | None, context: list[int], k: int,
+         pick: Callable[[np.ndarray, list[int], Proposal], tuple[int, int]]) -> Round:
+    """One speculative round after `context`, drafting at most k tokens."""
+    t0 = time.perf_counter()
+    cands = proposer.candidates(context) if k > 0 else []                       # 1. what could draft,
+    cand, k = policy.choose(cands, k) if policy else (cands[0] if cands else None, k)  # the policy decides,
+    keep_going = (lambda chain: policy.keep_going(cand.source, chain)) if policy and cand else None
+    prop = proposer.draft(context, cand, min(k, cand.limit), keep_going) if cand and k > 0 else EMPTY
+    draft = prop.tokens[:k]                                                     # and the proposer drafts
+    t1 = time.perf_counter()
+    logits = target.decode([context[-1], *draft], logits_from=0)                # 2. one target pass
+    n_acc, token = pick(logits, draft, prop)                                    # 3.-4. accept, correct
+    _rewind(target, len(context) + n_acc)                                       # 5. rewind
+    verify_s = time.perf_counter() - t1
+    if policy is not None:
+        policy.observe(prop.source, drafted=len(draft), accepted=n_acc, verify_s=verify_s,
+                       draft_s=t1 - t0 if prop.steady_s is None else prop.steady_s)
+    return Round(draft, n_acc, token, prop.source, t1 - t0, verify_s, logits)
+
+
+def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
+             cfg: GenConfig = GenConfig()) -> Iterator[Step]:
+    """Generate after `prompt` (token ids), one Step per target batch."""
+    prompt = list(prompt)
+    _check_prompt(target, prompt, cfg)
+    seed = cfg.seed if cfg.seed is not None else int(np.random.SeedSequence().entropy % (1 << 31))
+    t0 = time.perf_counter()
+    evaluated = _prefill(target, prompt)
+    proposer.prepare(prompt)  # a draft model reads the prompt only once it is chosen
+    prefill = (evaluated, time.perf_counter() - t0)
+
+    # --deterministic: keep target batches where their logits are bitwise one-token logits
+    draft_max = cfg.draft_max
+    if target.deterministic:
+        draft_max = min(draft_max, _verify_cap(target) - 1)
+    policy = _policy(target, proposer, draft_max) if cfg.adaptive and draft_max > 0 else None
+    out = _Output(target, cfg)
+    pick = _rule(cfg, seed, np.random.default_rng(seed), out)
+    context = prompt
+    while True:
+        remaining = cfg.max_tokens - out.produced
+        if policy is not None:
+            policy.horizon = remaining
+        r = step(target, proposer, policy, context, max(0, min(draft_max, remaining - 1,
+                                                              target.n_ctx - len(context))), pick)
+        margins = tuple(margin(r.logits[i], cfg.sampling, seed, out.produced + i)
+                        for i in range(r.accepted + 1)) if cfg.margins else ()
+        new, origin, text, segments, finish, margins = out.add([*r.draft[:r.accepted], r.token],
+                                                              r.accepted, len(context), margins)
+        context = context + new
+        yield Step(tokens=tuple(new), from_draft=tuple(origin), text=text, segments=segments,
+                   drafted=len(r.draft), accepted=r.accepted, draft_s=r.draft_s,
+                   verify_s=r.verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
+                   finish_reason=finish, margins=margins)
+        prefill = (0, 0.0)
+        if finish is not None:
+            return
+
+
+def _check_prompt(target: Model, prompt: list[int], cfg: GenConfig) -> None:
+    if not prompt:
+        raise SpecError("the prompt is empty")
+    if len(prompt) >= target.n_ctx:
+        raise SpecError(f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}",
+                        hint="Use a larger --ctx (the model was trained for "
+                             f"{target.n_ctx_train}), or a shorter prompt.")
+    if cfg.rule not in RULES:
+        raise SpecError(f"unknown rule {cfg.rule!r}", hint=f"Choose one of: {', '.join(RULES)}.")
+
+
+def _rule(cfg: GenConfig, seed: int, rng: np.random.Generator, out: "_Output"):
+    """The acceptance rule as pick(logits, draft, proposal) -> (accepted, token)."""
+    sampling = cfg.sampling
+    if sampling.greedy or cfg.rule == "gumbel":
+        def pick(logits, draft, prop):
+            return verify_choices(draft, lambda i: choose(logits[i], sampling, seed, out.produced + i))
+    else:
+        def pick(logits, draft, prop):
+            p = None if prop.probs is None else prop.probs[:len(draft)]
+            return verify(draft, p, to_probs(logits, sampling), rng)
+    return pick
+
+
+class _Output:
+    """The tokens a round adds, turned into text: end-of-generation tokens,
+    max tokens, stop strings and a full context end it."""
+
+    def __init__(self, target: Model, cfg: GenConfig):
+        self.target, self.cfg = target, cfg
+        self.detok = Detokenizer(target)
+        self.stops = StopMatcher(cfg.stop)
+        self.produced = 0
+
+    def add(self, new: list[int], n_draft: int, n_context: int, margins: tuple):
+        origin = [True] * n_draft + [False]
+        finish = None
+        for i, t in enumerate(new):
+            if self.target.is_eog(t):
+                new, origin, finish = new[:i], origin[:i], "stop"
+                margins = margins[:i + 1]
+                break
+        remaining = self.cfg.max_tokens - self.produced
+        if len(new) >= remaining:
+            new, origin = new[:remaining], origin[:remaining]
+            finish = finish or "length"
+        self.produced += len(new)
+        segments, hit = [], False
+        for t, o in zip(new, origin):
+            piece, hit = self.stops.feed(self.detok.add(t))
+            segments.append((piece, o))
+            if hit:
+                break
+        if hit:
+            finish = "stop"
+        elif finish is None and n_context + len(new) >= self.target.n_ctx:
+            finish = "context"
+        if finish is not None and not hit:
+            segments.append((self.stops.feed(self.detok.flush())[0] + self.stops.flush(), False))
+        segments = tuple((p, o) for p, o in segments if p)
+        return new, origin, "".join(p for p, _ in segments), segments, finish, margins
+
+
+def _prefill(target: Model, prompt: list[int]) -> int:
+    """Evaluate everything but the last prompt token (it goes with the first
+    batch), reusing the cached prefix; returns the tokens evaluated."""
+    return target.catch_up(prompt[:-1])
+
+
+def _rewind(target: Model, n: int) -> None:
+    """Drop the rejected positions from the target's KV cache."""
+    target.truncate(n)
+
+
+def _verify_cap(target: Model) -> int:
+    from ..llama.probe import ensure
+
+    ensure(target)
+    return target.verify_cap
+
+
+def _policy(target: Model, proposer: Proposer, draft_max: int) -> Policy:
+    from ..llama.probe import ensure
+
+    return Policy(CostModel.from_timings(ensure(target), draft_max + 1, draft_s=proposer.cost_prior),
+                  k_max=draft_max)

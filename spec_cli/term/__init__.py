@@ -1,0 +1,1 @@
+"""The terminal: live view, progress, tables and errors on stderr (rich)."""
