@@ -99,7 +99,6 @@ def test_live_view_colours_tokens_and_shows_the_footer(smollm_path, spec_env):
 
 
 @pytest.mark.pair
-@pytest.mark.pair
 def test_complete_fills_the_middle(target_path, draft_path, spec_env, tmp_path):
     rest = tmp_path / "rest.py"
     rest.write_text("\n\n\nprint(add(2, 3))\n")

@@ -120,6 +120,7 @@ class Model:
         # prior) and, when deterministic, the largest bitwise-exact batch
         self.curve: dict[int, float] | None = None
         self.verify_cap: int | None = None
+        self.costs = None  # the cost model learned on this model's steps (engine.py)
 
     # -- lifecycle ---------------------------------------------------------
     def close(self) -> None:

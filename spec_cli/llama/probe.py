@@ -7,7 +7,7 @@ timed in several rounds, and a spread between rounds or a drift of c(1)
 from the first round to the last says the machine was busy; such a probe is
 used for this run only and never cached.  A cached curve is re-checked
 cheaply at each load (c(1) and c(4), three times each) and measured anew
-when its shape disagrees.  Online, the cost model learns every batch size
+when its shape disagrees or the machine is clearly quicker now than then.  Online, the cost model learns every batch size
 from the real steps anyway; the probe is only where it starts.
 
 With `--deterministic` the probe also finds the largest batch whose logits
@@ -55,6 +55,9 @@ def time_sizes(model: Model, sizes=SIZES, *, rounds: int = 3, prefix: int = 2) -
     model.reset()
     model.decode(stream[:prefix])
     out: dict[int, list[float]] = {n: [] for n in sizes}
+    for n in sizes:  # untimed: the first batches after a load are slow (cold caches, threads)
+        model.truncate(prefix)
+        model.decode(stream[prefix:prefix + n], logits_from=0)
     for _ in range(rounds):
         for n in sizes:
             model.truncate(prefix)
@@ -130,6 +133,8 @@ def still_fits(model: Model, cached: Probe) -> bool | None:
     now, clean = summarise(time_sizes(model, sizes, rounds=3))
     if not clean:
         return None
+    if now[1] < cached.curve[1] / (1 + SHAPE_TOLERANCE * 2):
+        return False  # quieter now than when probed: that probe saw a busy machine
     ratio_now = now[4] / now[1]
     ratio_then = cached.curve[4] / cached.curve[1]
     return abs(ratio_now / ratio_then - 1.0) <= SHAPE_TOLERANCE
@@ -169,6 +174,7 @@ def load(model: Model) -> Probe:
 
 def apply(model: Model, probe: Probe) -> None:
     model.curve, model.verify_cap = dict(probe.curve), probe.verify_cap
+    model.costs = None  # what was learned online starts again from this curve
 
 
 def ensure(model: Model) -> dict[int, float]:
@@ -192,8 +198,8 @@ def _write_json(path: Path, data) -> None:
 CONFIGS = {
     "llama.cpp defaults (flash attention auto, F16 KV, repack on)": dict(fa=-1, kv=None, repack=True),
     "flash attention off, F16 KV, repack on": dict(fa=0, kv=None, repack=True),
-    "flash attention on, Q8_0 KV, repack on": dict(fa=1, kv=8, repack=True),
-    "flash attention on, Q8_0 KV, repack off (--deterministic)": dict(fa=1, kv=8, repack=False),
+    "flash attention on, Q8_0 KV, repack on (--deterministic)": dict(fa=1, kv=8, repack=True),
+    "flash attention on, Q8_0 KV, repack off": dict(fa=1, kv=8, repack=False),
 }
 
 

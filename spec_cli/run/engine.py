@@ -268,7 +268,12 @@ def _verify_cap(target: Model) -> int:
 
 
 def _policy(target: Model, proposer: Proposer, draft_max: int) -> Policy:
+    """A policy for this generation.  What was learned of the machine's
+    costs carries over from earlier generations on the same target (a
+    chat's turns, bench's runs); acceptance is learned afresh."""
     from ..llama.probe import ensure
 
-    return Policy(CostModel.from_timings(ensure(target), draft_max + 1, draft_s=proposer.cost_prior),
-                  k_max=draft_max)
+    if target.costs is None:
+        target.costs = CostModel.from_timings(ensure(target), max(draft_max + 1, 17))
+    target.costs.draft_s = dict(proposer.cost_prior)  # the draft's cost is its own, not the target's
+    return Policy(target.costs, k_max=draft_max)
