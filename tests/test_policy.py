@@ -24,7 +24,7 @@ def test_cost_model_interpolates_and_extrapolates():
 
 def test_a_slow_draft_model_is_never_used_nor_probed():
     policy = Policy(CostModel.from_timings(CPU, 7), k_max=6)
-    policy.cost.draft_s["draft"] = 0.020  # half the target's cost per token
+    policy.draft_s["draft"] = 0.020  # half the target's cost per token
     assert all(policy.plan("draft", 6) == 0 for _ in range(500))
 
 
@@ -40,7 +40,7 @@ def test_a_free_draft_with_high_acceptance_drafts_long():
 
 def test_rejections_turn_drafting_off_and_probes_turn_it_back_on():
     policy = Policy(CostModel.from_timings(GPU, 17), k_max=8)
-    policy.cost.draft_s["draft"] = 0.002
+    policy.draft_s["draft"] = 0.002
     assert policy.plan("draft", 8) > 0
     for _ in range(40):
         policy.observe("draft", drafted=4, accepted=0, draft_s=0.008, verify_s=0.022)
@@ -53,7 +53,7 @@ def test_rejections_turn_drafting_off_and_probes_turn_it_back_on():
 
 def test_probes_back_off_while_they_change_nothing():
     policy = Policy(CostModel.from_timings(GPU, 17), k_max=8, probe_every=4)
-    policy.cost.draft_s["draft"] = 0.002
+    policy.draft_s["draft"] = 0.002
     for _ in range(40):
         policy.observe("draft", drafted=4, accepted=0, draft_s=0.008, verify_s=0.022)
     probes = [i for i in range(200) if policy.plan("draft", 8)]
@@ -63,7 +63,7 @@ def test_probes_back_off_while_they_change_nothing():
 
 def test_keep_going_stops_on_low_confidence():
     policy = Policy(CostModel.from_timings(GPU, 17), k_max=8)
-    policy.cost.draft_s["draft"] = 0.002
+    policy.draft_s["draft"] = 0.002
     assert policy.keep_going("draft", [0.95, 0.9])
     assert not policy.keep_going("draft", [0.95, 0.02])
     assert not policy.keep_going("draft", [0.9] * 8)  # at k_max
@@ -107,7 +107,7 @@ def test_a_poisoned_probe_is_unlearned_within_a_few_dozen_steps():
     # probed while another process used the CPU: c(1) 290 ms, c(2) 397 ms (ratio 1.37)
     poisoned = {1: 0.290, 2: 0.397, 3: 0.50, 4: 0.60, 8: 1.0, 17: 1.9}
     policy = Policy(CostModel.from_timings(poisoned, 9), k_max=8)
-    policy.cost.draft_s["draft"] = 0.026  # the 0.5B draft: half the target per token
+    policy.draft_s["draft"] = 0.026  # the 0.5B draft: half the target per token
     assert policy.plan("draft", 8) > 0  # the poisoned curve makes drafting look good
     ks = simulate(policy, quiet, steps=300, accept=0.5, draft_cost=0.026)
     assert sum(ks[48:]) <= 8, f"still drafting: {ks}"  # off within a few dozen steps, only rare probes after
@@ -144,7 +144,7 @@ def test_the_safeguard_stops_drafting_that_loses_on_the_clock():
 
 def test_catch_up_is_charged_against_what_drafting_would_save():
     policy = Policy(CostModel.from_timings(GPU, 17), k_max=8)
-    policy.cost.draft_s["draft"] = 0.001
+    policy.draft_s["draft"] = 0.001
     policy.horizon = 200
     assert policy.plan("draft", 8, setup_s=0.1) > 0     # saves far more than 0.1 s over 200 tokens
     policy.horizon = 3

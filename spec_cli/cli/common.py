@@ -83,11 +83,9 @@ def seed_or_new(seed: int | None) -> int:
 
 
 def check_rule(rule: str) -> str:
-    from ..run.engine import RULES
-
-    if rule not in RULES:
-        raise SpecError(f"unknown rule {rule!r}", hint=f"Choose one of: {', '.join(RULES)}.")
-    return rule
+    """The engine's own check, before anything is loaded."""
+    from ..run.engine import check_rule as engine_check
+    return engine_check(rule)
 
 
 # -- the terminal ------------------------------------------------------------

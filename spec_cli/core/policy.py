@@ -54,18 +54,16 @@ def expected_tokens(accept: list[float]) -> float:
 
 
 class CostModel:
-    """c(n), the seconds a target batch of n tokens takes, and the draft
-    cost per token of each proposer."""
+    """c(n), the seconds a target batch of n tokens takes on this machine:
+    what the target's steps teach, kept across generations on it."""
 
-    def __init__(self, prior: list[float], draft_s: dict[str, float] | None = None):
+    def __init__(self, prior: list[float]):
         self.prior = list(prior)            # c(n) at index n-1, from the probe
-        self.draft_s = dict(draft_s or {})  # per proposer, seconds per draft token
         self.pace = 1.0                     # the machine's pace against the prior, all sizes alike
         self._seen: dict[int, tuple[float, float]] = {}  # n -> (seconds, pace then)
 
     @classmethod
-    def from_timings(cls, timings: dict[int, float], n_max: int,
-                     draft_s: dict[str, float] | None = None) -> "CostModel":
+    def from_timings(cls, timings: dict[int, float], n_max: int) -> "CostModel":
         """Fill c(1..n_max) from measured batch timings (linear between points)."""
         known = sorted((n, s) for n, s in timings.items() if s > 0)
         if not known:
@@ -83,7 +81,7 @@ class CostModel:
                 out.append(s0 + slope * (n - n0))
             else:
                 out.append(above[0][1] * n / above[0][0])
-        return cls(out, draft_s)
+        return cls(out)
 
     @property
     def verify_s(self) -> list[float]:
@@ -110,12 +108,6 @@ class CostModel:
         self.pace *= (seconds / self.c(n)) ** PACE_EMA
         now = self.c(n)
         self._seen[n] = (now + EMA * (seconds - now), self.pace)
-
-    def observe_draft(self, proposer: str, n_tokens: int, seconds: float) -> None:
-        if n_tokens > 0:
-            per = seconds / n_tokens
-            old = self.draft_s.get(proposer)
-            self.draft_s[proposer] = per if old is None else old + EMA * (per - old)
 
     def step_s(self, k: int, draft_cost: float) -> float:
         return self.c(k + 1) + k * draft_cost
@@ -174,8 +166,10 @@ def _realised(window) -> float:
 class Policy:
     """Decides, step by step, how many tokens each proposer should draft."""
 
-    def __init__(self, cost: CostModel, *, k_max: int, probe_every: int = 64, plain_every: int = 16):
+    def __init__(self, cost: CostModel, *, k_max: int, draft_s: dict[str, float] | None = None,
+                 probe_every: int = 64, plain_every: int = 16):
         self.cost = cost
+        self.draft_s = dict(draft_s or {})  # per proposer, seconds per draft token (its prior, then learned)
         self.k_max = k_max
         self.probe_every = probe_every
         self.plain_every = plain_every
@@ -220,7 +214,7 @@ class Policy:
             n = min(limit, cand.limit, self.k_max)
             if n <= 0 or group(cand.source) in self.stopped:
                 continue
-            d = self.cost.draft_s.get(cand.source, 0.0)
+            d = self.draft_s.get(cand.source, 0.0)
             rates = self._acc(cand.source).rates
             k = self._best(rates, d, n)
             if k > 0 and self._saves(rates[:k], d, cand.setup_s) and self.cost.rate(rates[:k], d) > best_rate:
@@ -247,7 +241,7 @@ class Policy:
         if n <= 0:
             return 0
         source = cand.source
-        d = self.cost.draft_s.get(source, 0.0)
+        d = self.draft_s.get(source, 0.0)
         ideal = next((k for k in range(1, n + 1) if self._saves([1.0] * k, d, cand.setup_s)), 0)
         if ideal == 0:
             return 0
@@ -275,7 +269,7 @@ class Policy:
         k = len(chain)
         if k >= self.k_max:
             return False
-        d = self.cost.draft_s.get(proposer, 0.0)
+        d = self.draft_s.get(proposer, 0.0)
         nxt = self._acc(proposer).rates[k]
         return self.cost.rate(chain + [nxt], d) > self.cost.rate(chain, d)
 
@@ -286,7 +280,9 @@ class Policy:
             self._plain.append((1, verify_s))
             return
         self._acc(proposer).observe(drafted, accepted)
-        self.cost.observe_draft(proposer, drafted, draft_s)
+        old = self.draft_s.get(proposer)
+        per = draft_s / drafted
+        self.draft_s[proposer] = per if old is None else old + EMA * (per - old)
         g = group(proposer)
         steps = self._steps.setdefault(g, deque(maxlen=WINDOW))
         steps.append((accepted + 1, draft_s + verify_s))

@@ -127,10 +127,9 @@ def still_fits(model: Model, cached: Probe) -> bool | None:
     look at the shape was noisy."""
     if cached.verify_cap and exact_cap(model, cached.verify_cap, long=False) < cached.verify_cap:
         return False
-    sizes = (1, 4) if 4 in cached.curve else (1,)
-    if len(sizes) < 2:
+    if 4 not in cached.curve:  # a cap under 4: the cap check above is the look
         return True
-    now, clean = summarise(time_sizes(model, sizes, rounds=3))
+    now, clean = summarise(time_sizes(model, (1, 4), rounds=3))
     if not clean:
         return None
     if now[1] < cached.curve[1] / (1 + SHAPE_TOLERANCE * 2):

@@ -193,8 +193,13 @@ def _check_prompt(target: Model, prompt: list[int], cfg: GenConfig) -> None:
         raise SpecError(f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}",
                         hint="Use a larger --ctx (the model was trained for "
                              f"{target.n_ctx_train}), or a shorter prompt.")
-    if cfg.rule not in RULES:
-        raise SpecError(f"unknown rule {cfg.rule!r}", hint=f"Choose one of: {', '.join(RULES)}.")
+    check_rule(cfg.rule)
+
+
+def check_rule(rule: str) -> str:
+    if rule not in RULES:
+        raise SpecError(f"unknown rule {rule!r}", hint=f"Choose one of: {', '.join(RULES)}.")
+    return rule
 
 
 def _rule(cfg: GenConfig, seed: int, rng: np.random.Generator, out: "_Output"):
@@ -275,5 +280,4 @@ def _policy(target: Model, proposer: Proposer, draft_max: int) -> Policy:
 
     if target.costs is None:
         target.costs = CostModel.from_timings(ensure(target), max(draft_max + 1, 17))
-    target.costs.draft_s = dict(proposer.cost_prior)  # the draft's cost is its own, not the target's
-    return Policy(target.costs, k_max=draft_max)
+    return Policy(target.costs, k_max=draft_max, draft_s=proposer.cost_prior)

@@ -105,7 +105,7 @@ class DraftModel:
         self.rng = rng
         self.p_min = p_min  # stop drafting when the top draft probability falls below
         self.rule, self.seed = rule, seed
-        self._prompt_len = 0
+        self._prompt_len = self._behind = 0
 
     @property
     def cost_prior(self) -> dict[str, float]:
@@ -127,13 +127,13 @@ class DraftModel:
         self._prompt_len = len(prompt)
 
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
-        behind = len(context) - common_prefix(self.model.tokens, context)
-        return [Candidate(self.name, self.model.n_ctx - len(context), self.catch_up_s(behind))]
+        self._behind = len(context) - common_prefix(self.model.tokens, context)  # draft() reuses it
+        return [Candidate(self.name, self.model.n_ctx - len(context), self.catch_up_s(self._behind))]
 
     def draft(self, context: Sequence[int], cand: Candidate, k: int,
               keep_going: KeepGoing | None = None) -> Proposal:
         t0 = time.perf_counter()
-        behind = len(context) - common_prefix(self.model.tokens, context)
+        behind = self._behind  # this step's, from candidates()
         logits = self.model.catch_up(context, logits_last=True)
         t_sync = time.perf_counter() - t0
         pos = len(context) - self._prompt_len  # output position of the first draft token
