@@ -18,12 +18,13 @@ from .chat import chat
 from .complete import complete
 from .generate import generate
 from .models import models_app
+from .serve import serve
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Exact speculative decoding for local GGUF models on llama.cpp. The acceptance "
                        "rule is exact; by default the output is the target's up to floating-point "
                        "rounding, and with --deterministic bit for bit.")
-for command in (generate, chat, complete, bench):
+for command in (generate, chat, complete, serve, bench):
     app.command()(command)
 app.add_typer(models_app, name="models")
 

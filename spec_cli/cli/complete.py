@@ -1,9 +1,14 @@
 """`spec-cli complete`: editor completion -- the text before the cursor on
-stdin, the rest from --suffix-file; prints only the middle."""
+stdin, the rest from --suffix-file; prints only the middle.  It stops where
+an editor wants it to (run/editor.py: the cursor line's indentation, the
+suffix repeated, a time limit), and with --server (or SPEC_CLI_SERVER) asks
+a running `spec-cli serve` instead of loading the models itself."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -26,6 +31,14 @@ def complete(
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens to generate.")] = 128,
     max_lines: Annotated[int, typer.Option("--max-lines", min=0,
                                            help="Stop after this many lines (0 = no limit).")] = 0,
+    n_indent: Annotated[Optional[int], typer.Option(
+        "--n-indent", min=0, help="Stop at the first new line indented less than this (default: the cursor "
+                                  "line's indentation; 0 = off).")] = None,
+    t_max_predict_ms: Annotated[float, typer.Option(
+        "--t-max-predict-ms", min=0, help="After this long, stop at the next line's end (0 = no limit).")] = 0,
+    server: Annotated[Optional[str], typer.Option(
+        "--server", envvar="SPEC_CLI_SERVER", show_envvar=True,
+        help="Ask a running `spec-cli serve` at this URL (the model options are then the server's).")] = None,
     draft_max: DraftMax = 16, fixed_draft: Fixed = False,
     ctx: Ctx = 4096, threads: Threads = 0, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
@@ -34,9 +47,7 @@ def complete(
     """Editor completion: the text before the cursor on stdin, the rest with
     --suffix-file; prints only the middle (fill-in-the-middle when the model
     has FIM tokens, else a plain continuation)."""
-    from ..run.engine import GenConfig
-    from ..run.session import Session
-    from ..term import render
+    from ..run.editor import EditorStops, cursor_indent
 
     if sys.stdin is None or sys.stdin.isatty():
         raise SpecError("complete reads the text before the cursor on stdin",
@@ -47,42 +58,84 @@ def complete(
     after = read_file(suffix_file, what="suffix file", allow_empty=True) if suffix_file is not None else (suffix or "")
     if not prefix and not after:
         raise SpecError("nothing to complete: the prefix on stdin and the suffix are both empty")
-    gen = GenConfig(sampling=sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
-                    adaptive=not fixed_draft, seed=seed_or_new(seed), rule=rule)
-    pair = load(PairConfig(target, draft, proposer, ctx, threads, gpu_layers, draft_gpu_layers,
-                           deterministic=deterministic, rule=rule), quiet=quiet or as_json)
+    indent = cursor_indent(prefix) if n_indent is None else n_indent
+    if server:
+        completion, finish, stats = _ask_server(server, prefix, after, max_tokens=max_tokens, n_indent=indent,
+                                                t_max_predict_ms=t_max_predict_ms, temp=temp, top_k=top_k,
+                                                top_p=top_p, min_p=min_p, seed=seed)
+    else:
+        completion, finish, stats = _complete_here(
+            prefix, after, EditorStops(n_indent=indent, suffix=after, t_max_predict_ms=t_max_predict_ms, max_lines=max_lines),
+            PairConfig(target, draft, proposer, ctx, threads, gpu_layers, draft_gpu_layers,
+                       deterministic=deterministic, rule=rule),
+            sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
+            adaptive=not fixed_draft, seed=seed_or_new(seed), quiet=quiet or as_json)
+    if max_lines:
+        completion = "\n".join(completion.split("\n")[:max_lines])
+    # an editor inserts the text before the suffix: no dangling new line or indentation
+    completion = re.sub(r"\n[ \t\n]*$", "", completion)
+    if as_json:
+        print(json.dumps({"completion": completion, "finish_reason": finish, "stats": stats}, ensure_ascii=False))
+    else:
+        stdout_write(completion)
+    if finish == "interrupted":
+        raise typer.Exit(130)
+
+
+def _complete_here(prefix: str, after: str, stops, cfg: PairConfig, samp, *, max_tokens: int, draft_max: int,
+                   adaptive: bool, seed: int, quiet: bool) -> tuple[str, str | None, dict]:
+    """Load the pair in this process and complete."""
+    from ..run.editor import fim_prompt
+    from ..run.engine import GenConfig
+    from ..run.session import Session
+    from ..term import render
+
+    gen = GenConfig(sampling=samp, max_tokens=max_tokens, draft_max=draft_max, adaptive=adaptive, seed=seed,
+                    rule=cfg.rule)
+    pair = load(cfg, quiet=quiet)
     try:
-        tokens = fim_prompt(pair.target, prefix, after, quiet=quiet, name=target)
-        until = (lambda text: text.count("\n") >= max_lines) if max_lines else None
-        out = run_session(Session(pair, tokens, gen, pair.new_proposer(gen.sampling, gen.seed), until=until),
-                          Display.decide(quiet=True), label=proposer)
-        completion = out.text
-        if max_lines:
-            completion = "\n".join(completion.split("\n")[:max_lines])
-        if as_json:
-            print(json.dumps({"completion": completion, "finish_reason": out.finish,
-                              "stats": out.stats.as_dict()}, ensure_ascii=False))
-        else:
-            stdout_write(completion)
-            if not quiet:
-                render.note(render.summary_line(out.stats, proposer, out.finish))
-        if out.finish == "interrupted":
-            raise typer.Exit(130)
+        fim = fim_prompt(pair.target, prefix, after)
+        if not fim.fim and not quiet:
+            render.note(f"{cfg.target} has no fill-in-the-middle tokens: continuing the prefix, "
+                        "the suffix is not used")
+        out = run_session(Session(pair, fim.tokens, gen, pair.new_proposer(gen.sampling, gen.seed), stops=stops),
+                          Display.decide(quiet=True), label=cfg.proposer)
+        if not quiet:
+            render.note(render.summary_line(out.stats, cfg.proposer, out.finish))
+        return out.text, out.finish, out.stats.as_dict()
     finally:
         pair.close()
 
 
-def fim_prompt(m, prefix: str, after: str, *, quiet: bool, name: str) -> list[int]:
-    """Fill-in-the-middle tokens where the GGUF has them, else the prefix."""
-    from ..term import render
+def _ask_server(url: str, prefix: str, after: str, *, max_tokens: int, n_indent: int, t_max_predict_ms: float,
+                temp: float, top_k: int, top_p: float, min_p: float, seed: int | None) -> tuple[str, str | None, dict]:
+    """POST /infill to a running `spec-cli serve`."""
+    import urllib.error
+    import urllib.request
 
-    fim = m.special_tokens()
-    if min(fim["fim_pre"], fim["fim_suf"], fim["fim_mid"]) >= 0:
-        tokens = ([fim["fim_pre"]] + m.tokenize(prefix, add_special=False)
-                  + [fim["fim_suf"]] + m.tokenize(after, add_special=False) + [fim["fim_mid"]])
-        if m.add_bos and m.bos >= 0:
-            tokens.insert(0, m.bos)
-        return tokens
-    if not quiet:
-        render.note(f"{name} has no fill-in-the-middle tokens: continuing the prefix, the suffix is not used")
-    return m.tokenize(prefix or "\n")
+    body = {"input_prefix": prefix, "input_suffix": after, "n_predict": max_tokens, "n_indent": n_indent,
+            "t_max_predict_ms": t_max_predict_ms, "temperature": temp, "top_k": top_k, "top_p": top_p,
+            "min_p": min_p, "seed": seed}
+    headers = {"Content-Type": "application/json"}
+    if os.environ.get("SPEC_CLI_API_KEY"):
+        headers["Authorization"] = f"Bearer {os.environ['SPEC_CLI_API_KEY']}"
+    endpoint = url.rstrip("/") + "/infill"
+    request = urllib.request.Request(endpoint, json.dumps(body).encode(), headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=600) as response:
+            reply = json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        try:
+            message = json.loads(e.read())["error"]["message"]
+        except Exception:
+            message = e.reason
+        raise SpecError(f"the server at {url} answered {e.code}: {message}",
+                        hint="Set SPEC_CLI_API_KEY to the server's --api-key." if e.code == 401 else None) from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise SpecError(f"cannot reach spec-cli serve at {url}: {reason}",
+                        hint="Start one with `spec-cli serve`, or leave out --server (and SPEC_CLI_SERVER).") from None
+    except ValueError:
+        raise SpecError(f"{endpoint} did not answer JSON: is that a spec-cli or llama.cpp server?") from None
+    stats = dict(reply.get("speculation", {}), timings=reply.get("timings", {}))
+    return reply.get("content", ""), reply.get("finish_reason"), stats

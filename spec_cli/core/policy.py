@@ -139,7 +139,7 @@ class Acceptance:
 # acceptance before anything is seen; n-gram matches by length; the oracle
 # (bench's ceiling) drafts what the target alone wrote
 PRIORS = {"ngram1": 0.2, "ngram2": 0.4, "ngram3": 0.6, "ngram4": 0.8, "ngram8": 0.95, "draft": 0.8,
-          "oracle": 1.0}
+          "hist2": 0.4, "hist3": 0.6, "hist4": 0.8, "hist8": 0.95, "oracle": 1.0}
 WINDOW = 32      # drafting steps per proposer kept by the safeguard
 PLAIN_WINDOW = 16
 MIN_DRAFTING, MIN_PLAIN = 8, 4   # evidence before the safeguard judges
@@ -154,8 +154,9 @@ class _Offer:
 
 
 def group(source: str) -> str:
-    """The safeguard judges n-gram lookups as one proposer."""
-    return "ngram" if source.startswith("ngram") else source
+    """The safeguard judges each lookup as one proposer, whatever the match
+    length ("ngram4" -> "ngram", "hist8" -> "hist")."""
+    return source.rstrip("0123456789")
 
 
 def _realised(window) -> float:

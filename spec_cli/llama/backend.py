@@ -190,6 +190,7 @@ class Model:
             "eot": llama_cpp.llama_vocab_eot(v),
             "fim_pre": llama_cpp.llama_vocab_fim_pre(v), "fim_suf": llama_cpp.llama_vocab_fim_suf(v),
             "fim_mid": llama_cpp.llama_vocab_fim_mid(v), "fim_pad": llama_cpp.llama_vocab_fim_pad(v),
+            "fim_rep": llama_cpp.llama_vocab_fim_rep(v), "fim_sep": llama_cpp.llama_vocab_fim_sep(v),
         }
 
     # -- metadata ----------------------------------------------------------

@@ -198,16 +198,21 @@ class NGram:
 
     An index maps every n-gram (n = n_min..n_max) to the position after its
     latest occurrence; it grows with the context and is rebuilt if the
-    context is rewritten (a new chat turn that edits history).
+    context is rewritten (a new chat turn that edits history).  With a
+    `history` (a server's earlier outputs, history.History) it looks there
+    too, and offers both to the policy, which learns their acceptance
+    apart ("ngramN" and "histN", by match length).
     """
 
     name = "ngram"
     cost_prior: dict[str, float] = {}
 
-    def __init__(self, *, n_max: int = 4, n_min: int = 1):
+    def __init__(self, *, n_max: int = 4, n_min: int = 1, history=None):
         self.n_max, self.n_min = n_max, n_min
+        self.history = history
         self._seen: list[int] = []
         self._index: dict[tuple[int, ...], int] = {}
+        self._found: dict[str, tuple[Sequence[int], int]] = {}  # source -> (tokens, where its draft starts)
 
     def _update(self, context: Sequence[int]) -> None:
         start = len(self._seen)
@@ -231,6 +236,8 @@ class NGram:
         if len(context) < 2:
             return []
         self._update(context)
+        self._found = {}
+        out = []
         for n in range(min(self.n_max, len(context) - 1), self.n_min - 1, -1):
             nxt = self._index.get(tuple(context[-n:]))
             if nxt is not None:
@@ -241,13 +248,26 @@ class NGram:
                 while (length < 16 and nxt - length - 1 >= 0
                        and context[nxt - length - 1] == context[len(context) - length - 1]):
                     length += 1
-                self._next = nxt
-                return [Candidate(f"ngram{length if length < 4 else 4 if length < 8 else 8}",
-                                  len(context) - nxt)]
-        return []
+                source = f"ngram{_bucket(length)}"
+                self._found[source] = (context, nxt)
+                out.append(Candidate(source, len(context) - nxt))
+                break
+        if self.history is not None:
+            hit = self.history.lookup(context)
+            if hit is not None:
+                doc, nxt, length = hit
+                source = f"hist{_bucket(length)}"
+                self._found[source] = (doc, nxt)
+                out.append(Candidate(source, len(doc) - nxt))
+        return out
 
     def draft(self, context, cand, k, keep_going=None) -> Proposal:
-        return Proposal(list(context[self._next:self._next + k]), None, cand.source)
+        tokens, at = self._found[cand.source]
+        return Proposal(list(tokens[at:at + k]), None, cand.source)
+
+
+def _bucket(length: int) -> int:
+    return length if length < 4 else 4 if length < 8 else 8
 
 
 class Hybrid:

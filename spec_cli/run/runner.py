@@ -30,8 +30,9 @@ class Pair:
     draft_name: str | None = None  # as given, or the registry's suggestion
 
     def new_proposer(self, sampling: SamplingConfig, seed: int, *, name: str | None = None,
-                     rule: str | None = None) -> Proposer:
-        """A fresh proposer object: the configured one, or `name`."""
+                     rule: str | None = None, history=None) -> Proposer:
+        """A fresh proposer object: the configured one, or `name`.  With a
+        `history` (history.History) the lookup drafts from earlier outputs too."""
         name = name or self.config.proposer
         if name not in PROPOSERS:
             raise SpecError(f"unknown proposer {name!r}", hint=f"Choose one of: {', '.join(PROPOSERS)}.")
@@ -40,11 +41,11 @@ class Pair:
         if name == "none":
             return NoDraft()
         if name == "ngram":
-            return NGram()
+            return NGram(history=history)
         assert self.draft is not None
         draft = DraftModel(self.draft, sampling, np.random.default_rng([seed, 1]), p_min=self.config.p_min,
                            rule=rule or self.config.rule, seed=seed)
-        return Hybrid(NGram(), draft) if name == "hybrid" else draft
+        return Hybrid(NGram(history=history), draft) if name == "hybrid" else draft
 
     def reset(self) -> None:
         """Empty both KV caches."""

@@ -7,13 +7,24 @@ statistics.  `generate`, `chat`, `complete` and `bench` all drive Sessions.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Protocol
 
 from .engine import GenConfig, Step, generate
 from .proposers import Proposer
 from .runner import Pair
 from ..core.stats import Stats
+
+
+class Stops(Protocol):
+    """Where a generation ends besides stop strings and max tokens (an
+    editor's rules, editor.EditorStops)."""
+
+    def cut(self, text: str, elapsed_s: float, *, new_from: int) -> int | None:
+        """None to go on; else how much of `text` to keep, and stop."""
+
+    def hold(self, text: str) -> int:
+        """How much of `text` may be shown already."""
 
 
 @dataclass
@@ -22,8 +33,9 @@ class Session:
     prompt: list[int]
     gen: GenConfig
     proposer: Proposer
-    # until(text so far) -> True ends the generation with finish "stop"
-    until: Callable[[str], bool] | None = None
+    stops: Stops | None = None
+    # cancelled() -> True ends the generation after the current step (finish "cancelled")
+    cancelled: Callable[[], bool] | None = None
 
     stats: Stats = field(default_factory=Stats)
     tokens: list[int] = field(default_factory=list)
@@ -37,10 +49,13 @@ class Session:
 
     def run(self, on_step: Callable[[Step, Stats], None] | None = None) -> "Session":
         """Generate to the end; `on_step(step, stats)` sees every step as it
-        comes.  Ctrl-C ends the generation with finish "interrupted" and
-        keeps what was written."""
+        comes, its text as far as it may be shown (`stops` may hold some
+        back, and cut it).  Ctrl-C ends the generation with finish
+        "interrupted" and keeps what was written."""
         stats = self.stats
         t0 = time.perf_counter()
+        written: list[tuple[str, bool]] = []  # every segment, shown or not
+        text, shown = "", 0
         try:
             for step in generate(self.pair.target, self.proposer, self.prompt, self.gen):
                 stats.add(n_tokens=len(step.tokens), drafted=step.drafted, accepted=step.accepted,
@@ -52,14 +67,36 @@ class Session:
                     stats.ttft_s = stats.wall_s
                 self.tokens.extend(step.tokens)
                 self.margins.extend(step.margins)
-                self.segments.extend(step.segments)
                 self.finish = step.finish_reason
+                if self.stops is not None:
+                    written.extend(step.segments)
+                    text += step.text
+                    cut = self.stops.cut(text, stats.wall_s - stats.prefill_s, new_from=len(text) - len(step.text))
+                    if cut is not None:
+                        text, self.finish = text[:cut], "stop"
+                    upto = self.stops.hold(text) if self.finish is None else len(text)
+                    step = replace(step, text=text[shown:upto], segments=_between(written, shown, upto),
+                                   finish_reason=self.finish)
+                    shown = max(shown, upto)
+                self.segments.extend(step.segments)
                 if on_step is not None:
                     on_step(step, stats)
-                if self.until is not None and self.finish is None and self.until(self.text):
-                    self.finish = "stop"
+                if self.finish is None and self.cancelled is not None and self.cancelled():
+                    self.finish = "cancelled"
+                if self.finish is not None:
                     break
         except KeyboardInterrupt:
             self.finish = "interrupted"
         stats.wall_s = time.perf_counter() - t0
         return self
+
+
+def _between(segments: list[tuple[str, bool]], start: int, end: int) -> tuple[tuple[str, bool], ...]:
+    """The (piece, origin) segments covering characters [start, end)."""
+    out, pos = [], 0
+    for piece, origin in segments:
+        lo, hi = max(start, pos), min(end, pos + len(piece))
+        if lo < hi:
+            out.append((piece[lo - pos:hi - pos], origin))
+        pos += len(piece)
+    return tuple(out)

@@ -1,0 +1,113 @@
+"""`spec-cli serve`: one warm process for editors and chat clients -- the
+OpenAI API (/v1/chat/completions, /v1/completions, /v1/models),
+llama-server's /infill, /health -- on a pair loaded once."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import SpecError
+from ..run.config import PairConfig
+from .common import (load, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLayers, DraftMax, Fixed, GpuLayers,
+                     PMin, ProposerName, Quiet, Rule, Target, Threads)
+
+
+def serve(
+    target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default; any other "
+                                                      "exposes the models to the network).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8080,
+    api_key: Annotated[Optional[str], typer.Option(
+        "--api-key", envvar="SPEC_CLI_API_KEY", show_envvar=True,
+        help="Require 'Authorization: Bearer KEY' on every request but /health.")] = None,
+    queue: Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait behind the running one; "
+                                                              "more are answered 503 with Retry-After.")] = 16,
+    draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
+    ctx: Ctx = 4096, threads: Threads = 0, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
+    deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
+) -> None:
+    """Serve the pair over HTTP: the OpenAI API for chat clients and the
+    `openai` package, llama-server's /infill for llama.vim and llama.vscode.
+    One generation at a time, a bounded queue behind it; both models' KV
+    caches and the drafts learned from earlier outputs carry over between
+    requests."""
+    try:
+        import uvicorn
+
+        from ..serve.app import create_app
+        from ..serve.worker import ServeConfig, Worker
+    except ImportError as e:
+        raise SpecError(f"spec-cli serve needs the server extra ({e.name} is not installed)",
+                        hint="pip install 'spec-cli[serve]'  (or: pip install starlette uvicorn)") from None
+    from ..term import render
+
+    if not _loopback(host):
+        render.note(f"warning: listening on {host}: anyone who can reach this machine can use the models"
+                    + ("" if api_key else " (no --api-key set)"))
+    _check_port(host, port)
+    pair = load(PairConfig(target, draft, proposer, ctx, threads, gpu_layers, draft_gpu_layers, p_min,
+                           deterministic, rule), quiet=quiet)
+    name = os.path.basename(target)[:-5] if target.endswith(".gguf") else target
+    worker = Worker(pair, ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft))
+    try:
+        app = create_app(worker, api_key=api_key)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning" if quiet else "info",
+                                access_log=not quiet, timeout_graceful_shutdown=5, lifespan="off")
+        server = _server(config, worker)
+        if not quiet:
+            url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+            render.note(f"serving {name}" + (f", drafting with {pair.draft_name}" if pair.draft else "")
+                        + f", proposer {proposer}\n  OpenAI API: {url}/v1   llama.vim / llama.vscode: {url}/infill"
+                        + "\n  Ctrl-C stops")
+        server.run()
+        if not quiet:
+            render.note("stopped")
+    finally:
+        worker.close()
+        pair.close()
+
+
+def _server(config, worker):
+    """uvicorn's server; on SIGINT/SIGTERM the running generation ends at its
+    next step and waiting requests are answered 503 before connections close."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            # as uvicorn's, but the signal is not raised again afterwards: a
+            # server told to stop has done its job and exits 0
+            worker.close(timeout=0)
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True  # a second Ctrl-C: do not wait for connections
+            else:
+                self.should_exit = True
+
+    return Server(config)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_port(host: str, port: int) -> None:
+    """Say so before loading the models if the port is taken."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise SpecError(f"cannot listen on {host}:{port}: {e.strerror}",
+                            hint="Is another server running there? Pick another --port.") from None

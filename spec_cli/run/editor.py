@@ -1,0 +1,191 @@
+"""Editor completions: the fill-in-the-middle prompt, and where a
+completion stops.  Shared by `spec-cli complete` and the server's
+`/infill`, so an editor gets the same text from either.
+
+The prompt is laid out as llama-server's `/infill` lays it out (its
+`format_infill`): extra context chunks first (with the model's
+repository/file-separator tokens where it has them), then
+
+    [BOS] <extra> FIM_PRE prefix+middle FIM_SUF suffix FIM_MID
+
+so the stable part (extra files, the file's start) comes first and a
+cached KV prefix carries over between keystrokes.
+
+Where a completion stops (`EditorStops`), besides stop strings and max
+tokens:
+
+- `n_indent` as llama-server defines it: once a new line has begun and its
+  first character after spaces/tabs (a newline too) arrives, the
+  completion ends there if the line is indented less than `n_indent`; the
+  text is cut after that line's indentation.
+- the text starts repeating what follows the cursor: a completed line
+  equal (spaces aside) to the suffix's next non-blank line(s) -- enough of
+  them to span 8 characters, so a lone `}` does not end a nested block --
+  ends it before that line, and the blank lines before it go too.
+- `t_max_predict_ms`: past that time after the first token, the
+  completion ends at the next new line (as llama-server: only at a line's
+  end, so a line is never cut in half).
+- `max_lines`: at most that many lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+ECHO_CHARS = 8  # the suffix lines compared must span this many characters
+
+
+@dataclass(frozen=True)
+class Fim:
+    tokens: list[int]
+    fim: bool          # False: the model has no FIM tokens and this is the prefix alone
+    truncated: bool    # context dropped to fit (prefix start, suffix end, extra chunks)
+
+
+def fim_prompt(model, prefix: str, suffix: str, *, middle: str = "",
+               extra: Sequence[tuple[str, str]] = (), budget: int | None = None) -> Fim:
+    """The FIM prompt for `model` (a llama.Model): text before the cursor
+    (`prefix` + `middle`, the cursor line's start), text after it, and
+    extra (filename, text) chunks.  `budget` caps the prompt's tokens:
+    three quarters for the prefix (its end kept), a quarter for the suffix
+    (its start kept), extra chunks in what is left (the latest kept)."""
+    sp = model.special_tokens()
+    tok = lambda text: model.tokenize(text, add_special=False) if text else []  # noqa: E731
+    bos = [sp["bos"]] if model.add_bos and sp["bos"] >= 0 else []
+    if min(sp["fim_pre"], sp["fim_suf"], sp["fim_mid"]) < 0:
+        tokens = tok(prefix + middle) or tok("\n")
+        truncated = budget is not None and len(bos) + len(tokens) > budget
+        if truncated:
+            tokens = tokens[len(tokens) - (budget - len(bos)):]
+        return Fim(bos + tokens, False, truncated)
+
+    pre, suf = tok(prefix + middle), tok(suffix)
+    chunks: list[int] = []
+    if extra:
+        if sp["fim_rep"] >= 0:
+            chunks += [sp["fim_rep"]] + tok("myproject\n")
+        for filename, text in extra:
+            if sp["fim_sep"] >= 0:
+                chunks += [sp["fim_sep"]] + tok((filename or "tmp") + "\n")
+            else:
+                chunks += tok("\n\n--- snippet ---\n\n")
+            chunks += tok(text)
+        if sp["fim_sep"] >= 0:
+            chunks += [sp["fim_sep"]] + tok("filename\n")
+    truncated = False
+    if budget is not None:
+        room = budget - len(bos) - 3
+        if len(pre) + len(suf) > room:
+            n_suf = min(len(suf), max(room // 4, room - len(pre)))
+            n_pre = min(len(pre), room - n_suf)
+            truncated = True
+            pre, suf = pre[len(pre) - n_pre:], suf[:n_suf]
+        left = max(0, room - len(pre) - len(suf))
+        if len(chunks) > left:
+            chunks, truncated = chunks[len(chunks) - left:] if left else [], True
+    tokens = bos + chunks + [sp["fim_pre"]] + pre + [sp["fim_suf"]] + suf + [sp["fim_mid"]]
+    return Fim(tokens, True, truncated)
+
+
+def cursor_indent(prefix: str) -> int:
+    """The indentation (spaces and tabs) of the cursor's line."""
+    line = prefix[prefix.rfind("\n") + 1:]
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _echo_lines(suffix: str) -> list[str]:
+    """The suffix's next non-blank lines (stripped), enough to span ECHO_CHARS."""
+    lines, chars = [], 0
+    for line in suffix.split("\n"):
+        s = line.strip()
+        if s:
+            lines.append(s)
+            chars += len(s)
+            if chars >= ECHO_CHARS:
+                break
+    return lines
+
+
+@dataclass
+class EditorStops:
+    """Where an editor completion stops; see the module's docstring.
+
+    `cut(text, elapsed_s)` is asked after every step with all the text so
+    far: None to go on, else how much of it to keep (the completion ends).
+    `hold(text)` says how much may be shown already: a line that may still
+    turn out to repeat the suffix, and trailing blank lines, wait."""
+
+    n_indent: int = 0
+    suffix: str = ""
+    t_max_predict_ms: float = 0.0
+    max_lines: int = 0
+    _echo: list[str] = field(init=False, default_factory=list)
+
+    def __post_init__(self):
+        self._echo = _echo_lines(self.suffix)
+
+    def cut(self, text: str, elapsed_s: float = 0.0, *, new_from: int = 0) -> int | None:
+        """`new_from`: where this step's text began (the time limit ends the
+        completion at the first new line this step wrote)."""
+        cuts = []
+        if self.n_indent > 0:
+            start = text.find("\n") + 1
+            while start > 0:
+                end = text.find("\n", start)
+                line = text[start:] if end < 0 else text[start:end]
+                body = line.lstrip(" \t")
+                indent = len(line) - len(body)
+                if (body or end >= 0) and indent < self.n_indent:
+                    cuts.append(start + indent)
+                    break
+                start = end + 1
+        if self._echo:
+            n = len(self._echo)
+            done = [(start, s) for start, s, complete in _nonblank(text) if complete]
+            for i in range(len(done) - n + 1):
+                if [s for _, s in done[i:i + n]] == self._echo:
+                    cuts.append(len(text[:done[i][0]].rstrip()))
+                    break
+        if self.max_lines and text.count("\n") >= self.max_lines:
+            cuts.append(_nth(text, "\n", self.max_lines))
+        if self.t_max_predict_ms > 0 and elapsed_s * 1000 > self.t_max_predict_ms:
+            nl = text.find("\n", new_from)
+            if nl >= 0:
+                cuts.append(nl + 1)
+        return min(cuts) if cuts else None
+
+    def hold(self, text: str) -> int:
+        if not self._echo:
+            return len(text)
+        lines = _nonblank(text)
+        keep = len(text)
+        for j in range(max(0, len(lines) - len(self._echo)), len(lines)):
+            tail = lines[j:]
+            if all(s == e if complete else e.startswith(s)
+                   for (_, s, complete), e in zip(tail, self._echo)):
+                keep = tail[0][0]
+                break
+        return len(text[:keep].rstrip())
+
+
+def _nonblank(text: str) -> list[tuple[int, str, bool]]:
+    """(start, stripped text, ended by a newline?) of each non-blank line."""
+    out, start = [], 0
+    while start <= len(text):
+        end = text.find("\n", start)
+        line = text[start:] if end < 0 else text[start:end]
+        if line.strip():
+            out.append((start, line.strip(), end >= 0))
+        if end < 0:
+            break
+        start = end + 1
+    return out
+
+
+def _nth(text: str, sub: str, n: int) -> int:
+    """The index of the n-th (1-based) occurrence of `sub`."""
+    i = -1
+    for _ in range(n):
+        i = text.find(sub, i + 1)
+    return i

@@ -1,0 +1,1 @@
+"""spec-cli serve: the HTTP server (needs the `serve` extra)."""

@@ -1,0 +1,374 @@
+"""The wire formats: requests in OpenAI's schema (chat completions,
+completions) and llama-server's `/infill`, checked field by field into one
+`Request`; responses and stream chunks built from a finished or running
+Session; errors in OpenAI's shape.  Pure functions, no HTTP.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.stats import Stats
+
+MAX_STOPS = 16
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's shape, with its HTTP status."""
+
+    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error",
+                 param: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param = status, message, kind, param
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
+                          "code": self.status}}
+
+
+def bad(param: str, message: str) -> ApiError:
+    return ApiError(400, f"'{param}' {message}", param=param)
+
+
+@dataclass
+class Request:
+    kind: str                                  # "chat" | "completion" | "infill"
+    messages: list[dict[str, str]] | None = None
+    prompt: str = ""
+    # /infill
+    input_prefix: str = ""
+    input_suffix: str = ""
+    input_extra: list[tuple[str, str]] = field(default_factory=list)
+    n_indent: int = 0
+    t_max_predict_ms: float = 0.0
+    cache_prompt: bool = True
+    response_fields: list[str] | None = None
+    # sampling and length
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    include_usage: bool = False
+
+
+# -- field checks -------------------------------------------------------------
+
+def _number(body: dict, name: str, default, *, lo: float | None = None, hi: float | None = None,
+            integer: bool = False):
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
+        raise bad(name, f"must be {'an integer' if integer else 'a number'}, not {value!r}")
+    if not math.isfinite(value):
+        raise bad(name, f"must be finite, not {value!r}")
+    if lo is not None and value < lo:
+        raise bad(name, f"must be at least {lo}, not {value!r}")
+    if hi is not None and value > hi:
+        raise bad(name, f"must be at most {hi}, not {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _string(body: dict, name: str, default: str = "") -> str:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise bad(name, f"must be a string, not {type(value).__name__}")
+    return value
+
+
+def _bool(body: dict, name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise bad(name, f"must be true or false, not {value!r}")
+    return value
+
+
+def _stops(body: dict) -> tuple[str, ...]:
+    value = body.get("stop")
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise bad("stop", "must be a string or a list of strings")
+    if len(value) > MAX_STOPS:
+        raise bad("stop", f"may hold at most {MAX_STOPS} strings")
+    return tuple(s for s in value if s)
+
+
+def _sampling(body: dict, req: Request, *, temperature: float) -> None:
+    if _number(body, "n", 1, integer=True) != 1:
+        raise bad("n", "must be 1: one choice per request")
+    req.temperature = _number(body, "temperature", temperature, lo=0.0, hi=100.0)
+    req.top_p = _number(body, "top_p", 1.0, lo=0.0, hi=1.0)
+    req.top_k = _number(body, "top_k", 0, lo=0, integer=True)
+    req.min_p = _number(body, "min_p", 0.0, lo=0.0, hi=1.0)
+    req.seed = _number(body, "seed", None, integer=True)
+    if req.seed is not None:
+        req.seed %= 1 << 31
+    req.stop = _stops(body)
+    req.stream = _bool(body, "stream", False)
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise bad("stream_options", "must be an object")
+        req.include_usage = _bool(options, "include_usage", False)
+
+
+def _max_tokens(body: dict, *names: str) -> int | None:
+    for name in names:
+        value = _number(body, name, None, integer=True)
+        if value is not None:
+            if value == -1 and name == "n_predict":
+                return None  # llama-server: -1 = until the context is full
+            if value < (0 if name == "n_predict" else 1):
+                raise bad(name, f"must be at least 1, not {value}")
+            return value
+    return None
+
+
+def _object(body: Any) -> dict:
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
+def parse_chat(body: Any) -> Request:
+    body = _object(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad("messages", "must be a non-empty list of {role, content} objects")
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise bad(where, "must be an object with 'role' and 'content'")
+        role = m.get("role")
+        if role not in ("system", "developer", "user", "assistant"):
+            raise bad(f"{where}.role", f"must be system, user or assistant, not {role!r}")
+        out.append({"role": "system" if role == "developer" else role,
+                    "content": _content(m.get("content"), f"{where}.content")})
+    req = Request("chat", messages=out, max_tokens=_max_tokens(body, "max_completion_tokens", "max_tokens"))
+    _sampling(body, req, temperature=1.0)
+    return req
+
+
+def _content(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad(f"{where}[{j}]", "must be a text part {\"type\": \"text\", \"text\": ...}: "
+                                           "this server reads text only")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise bad(where, "must be a string or a list of text parts")
+
+
+def parse_completion(body: Any) -> Request:
+    body = _object(body)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise bad("prompt", "must be a string (one prompt per request)")
+    if not prompt:
+        raise bad("prompt", "is empty")
+    if body.get("suffix") is not None:
+        raise bad("suffix", "is not supported here: use POST /infill for fill-in-the-middle")
+    req = Request("completion", prompt=prompt, max_tokens=_max_tokens(body, "max_tokens"))
+    if req.max_tokens is None:
+        req.max_tokens = 16  # OpenAI's default for completions
+    _sampling(body, req, temperature=1.0)
+    return req
+
+
+def parse_infill(body: Any) -> Request:
+    """llama-server's /infill fields, as llama.vim and llama.vscode send them.
+    Temperature defaults to 0 (the completion an editor shows is the
+    model's most likely one, and the one speculation makes fastest);
+    `samplers` is accepted, and `temperature`, `top_k`, `top_p`, `min_p`
+    given are used."""
+    body = _object(body)
+    req = Request("infill", input_prefix=_string(body, "input_prefix"), input_suffix=_string(body, "input_suffix"),
+                  prompt=_string(body, "prompt"), max_tokens=_max_tokens(body, "n_predict", "max_tokens"))
+    extra = body.get("input_extra")
+    if extra is not None:
+        if not isinstance(extra, list):
+            raise bad("input_extra", "must be a list of {filename, text} objects")
+        for i, chunk in enumerate(extra):
+            if not isinstance(chunk, dict) or not isinstance(chunk.get("text", ""), str) \
+                    or not isinstance(chunk.get("filename", ""), str):
+                raise bad(f"input_extra[{i}]", "must be an object with string 'filename' and 'text'")
+            req.input_extra.append((chunk.get("filename") or "tmp", chunk.get("text") or ""))
+    samplers = body.get("samplers")
+    if samplers is not None and (not isinstance(samplers, list) or not all(isinstance(s, str) for s in samplers)):
+        raise bad("samplers", "must be a list of sampler names")
+    req.n_indent = _number(body, "n_indent", 0, lo=0, integer=True)
+    req.t_max_predict_ms = _number(body, "t_max_predict_ms", 0.0, lo=0.0)
+    _number(body, "t_max_prompt_ms", 0.0)  # accepted; the prompt is read in one go
+    req.cache_prompt = _bool(body, "cache_prompt", True)
+    fields = body.get("response_fields")
+    if fields is not None:
+        if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+            raise bad("response_fields", "must be a list of field paths")
+        req.response_fields = [f for f in fields if f]
+    _sampling(body, req, temperature=0.0)
+    if not (req.input_prefix or req.input_suffix or req.prompt or req.input_extra):
+        raise ApiError(400, "nothing to complete: 'input_prefix', 'prompt' and 'input_suffix' are all empty")
+    return req
+
+
+# -- responses ----------------------------------------------------------------
+
+FINISH = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop",
+          "interrupted": "stop", None: None}
+
+
+def new_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def speculation(stats: Stats, proposer: str, seed: int) -> dict:
+    """The extra field every response carries."""
+    return {"proposer": proposer, "drafted": stats.drafted, "accepted": stats.accepted,
+            "acceptance": round(stats.acceptance_rate, 4), "mean_accepted": round(stats.mean_accepted, 4),
+            "steps": stats.steps, "seed": seed}
+
+
+def timings(stats: Stats, n_cached: int) -> dict:
+    """llama-server's `timings` object, with its draft counts."""
+    prompt_ms = stats.prefill_s * 1000
+    predicted_ms = max(stats.wall_s - stats.prefill_s, 0.0) * 1000
+    return {
+        "cache_n": n_cached,
+        "prompt_n": stats.prefill_tokens, "prompt_ms": round(prompt_ms, 3),
+        "prompt_per_token_ms": round(prompt_ms / stats.prefill_tokens, 3) if stats.prefill_tokens else 0.0,
+        "prompt_per_second": round(stats.prefill_tokens / stats.prefill_s, 3) if stats.prefill_s > 0 else 0.0,
+        "predicted_n": stats.tokens, "predicted_ms": round(predicted_ms, 3),
+        "predicted_per_token_ms": round(predicted_ms / stats.tokens, 3) if stats.tokens else 0.0,
+        "predicted_per_second": round(stats.tokens * 1000 / predicted_ms, 3) if predicted_ms > 0 else 0.0,
+        "draft_n": stats.drafted, "draft_n_accepted": stats.accepted,
+    }
+
+
+def usage(n_prompt: int, stats: Stats) -> dict:
+    return {"prompt_tokens": n_prompt, "completion_tokens": stats.tokens,
+            "total_tokens": n_prompt + stats.tokens,
+            "prompt_tokens_details": {"cached_tokens": cached(n_prompt, stats)}}
+
+
+def cached(n_prompt: int, stats: Stats) -> int:
+    """Prompt tokens the KV cache already held (the last one is always fed
+    with the first batch)."""
+    return max(0, n_prompt - stats.prefill_tokens - 1) if stats.steps else n_prompt - stats.prefill_tokens
+
+
+@dataclass
+class Reply:
+    """Everything a response says about one finished (or running) request."""
+
+    req: Request
+    model: str
+    proposer: str
+    seed: int
+    n_prompt: int
+    truncated: bool = False
+    rid: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self):
+        self.rid = self.rid or new_id(self.req.kind)
+
+    def extras(self, stats: Stats) -> dict:
+        n_cached = cached(self.n_prompt, stats)
+        return {"speculation": speculation(stats, self.proposer, self.seed), "timings": timings(stats, n_cached)}
+
+    def full(self, text: str, finish: str | None, stats: Stats) -> dict:
+        """The non-streamed response."""
+        if self.req.kind == "infill":
+            return self.infill(text, finish, stats, final=True)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(finish, "stop"), "logprobs": None}
+        if self.req.kind == "chat":
+            choice["message"] = {"role": "assistant", "content": text}
+            obj = "chat.completion"
+        else:
+            choice["text"] = text
+            obj = "text_completion"
+        return {"id": self.rid, "object": obj, "created": self.created, "model": self.model,
+                "choices": [choice], "usage": usage(self.n_prompt, stats), **self.extras(stats)}
+
+    def chunk(self, text: str | None, finish: str | None, stats: Stats | None = None, *,
+              first: bool = False) -> dict:
+        """One streamed chunk: text, or the final one with the finish reason."""
+        if self.req.kind == "infill":
+            return self.infill(text or "", finish, stats, final=stats is not None)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(finish) if stats is not None else None,
+                                  "logprobs": None}
+        if self.req.kind == "chat":
+            delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+            if text:
+                delta["content"] = text
+            choice["delta"] = delta
+            obj = "chat.completion.chunk"
+        else:
+            choice["text"] = text or ""
+            obj = "text_completion"
+        out = {"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": [choice]}
+        if stats is not None:
+            out.update(self.extras(stats))
+        return out
+
+    def usage_chunk(self, stats: Stats) -> dict:
+        obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
+        return {"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": [],
+                "usage": usage(self.n_prompt, stats)}
+
+    def infill(self, text: str, finish: str | None, stats: Stats | None, *, final: bool) -> dict:
+        """llama-server's /infill response (or one streamed piece of it)."""
+        out: dict[str, Any] = {"content": text, "stop": final, "model": self.model}
+        if final and stats is not None:
+            out.update({
+                "tokens_predicted": stats.tokens, "tokens_evaluated": self.n_prompt,
+                "tokens_cached": self.n_prompt - stats.prefill_tokens + stats.tokens,
+                "truncated": self.truncated, "stop_type": _stop_type(finish),
+                "finish_reason": FINISH.get(finish, "stop"), **self.extras(stats)})
+        if final and self.req.response_fields:
+            return pick_fields(out, self.req.response_fields)
+        return out
+
+
+def _stop_type(finish: str | None) -> str:
+    return {"stop": "eos", "length": "limit", "context": "limit"}.get(finish or "", "limit")
+
+
+def pick_fields(obj: dict, paths: list[str]) -> dict:
+    """llama-server's `response_fields`: each path ("timings/prompt_n")
+    that exists, as a flat key."""
+    out = {}
+    for path in paths:
+        node: Any = obj
+        for part in path.split("/"):
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+        else:
+            out[path] = node
+    return out

@@ -1,0 +1,149 @@
+"""The HTTP side of `spec-cli serve` (Starlette, run by uvicorn): the
+OpenAI API, llama-server's `/infill`, `/health`; API key, body limit,
+server-sent events, and a client that goes away stopping its generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from typing import Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .api import ApiError, Reply, Request, parse_chat, parse_completion, parse_infill
+from .worker import Job, Worker
+
+MAX_BODY = 8 << 20  # bytes; llama.vim's extra context is ~100 kB
+POLL_S = 0.25       # how often a waiting non-streamed request checks its client is still there
+
+
+class _Gone(Exception):
+    """The client disconnected."""
+
+
+def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MAX_BODY) -> Starlette:
+    key = api_key.encode() if api_key else None
+
+    def guard(request: HttpRequest) -> None:
+        if key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key):
+            raise ApiError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
+                           kind="authentication_error", headers={"WWW-Authenticate": "Bearer"})
+
+    async def read_json(request: HttpRequest):
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > max_body:
+            raise ApiError(413, f"the request body is over {max_body} bytes")
+        body, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_body:
+                raise ApiError(413, f"the request body is over {max_body} bytes")
+            body.append(chunk)
+        try:
+            return json.loads(b"".join(body))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+
+    async def next_event(job: Job, request: HttpRequest):
+        while True:
+            try:
+                return await asyncio.wait_for(job.events.get(), POLL_S)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    job.cancel.set()
+                    raise _Gone() from None
+
+    def endpoint(parse: Callable[[object], Request]):
+        async def handle(request: HttpRequest) -> Response:
+            guard(request)
+            job = Job(parse(await read_json(request)), asyncio.get_running_loop())
+            worker.submit(job)
+            try:
+                kind, payload = await next_event(job, request)  # queued, then started (or refused)
+                if kind == "error":
+                    raise payload
+                reply: Reply = payload
+                if job.req.stream:
+                    return StreamingResponse(_events(job, reply), media_type="text/event-stream",
+                                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                while True:
+                    kind, payload = await next_event(job, request)
+                    if kind == "error":
+                        raise payload
+                    if kind == "done":
+                        return JSONResponse(reply.full(payload.text, payload.finish, payload.stats))
+            except _Gone:
+                return Response(status_code=499)
+            except BaseException:
+                job.cancel.set()
+                raise
+        return handle
+
+    async def health(request: HttpRequest) -> Response:
+        return JSONResponse({"status": "ok", "busy": worker.running is not None, "waiting": worker.waiting,
+                             "served": worker.served})
+
+    async def models(request: HttpRequest) -> Response:
+        guard(request)
+        t = worker.pair.target
+        return JSONResponse({"object": "list", "data": [{
+            "id": worker.cfg.model, "object": "model", "created": 0, "owned_by": "spec-cli",
+            "meta": {"n_ctx": t.n_ctx, "n_ctx_train": t.n_ctx_train, "draft": worker.pair.draft_name,
+                     "proposer": worker.pair.config.proposer}}]})
+
+    async def api_error(request: HttpRequest, exc: ApiError) -> Response:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    async def http_error(request: HttpRequest, exc: HTTPException) -> Response:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
+                                     kind=kind).body(), status_code=exc.status_code)
+
+    chat, completion, infill = endpoint(parse_chat), endpoint(parse_completion), endpoint(parse_infill)
+    routes = [
+        Route("/health", health), Route("/v1/health", health),
+        Route("/v1/models", models), Route("/models", models),
+        Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
+        Route("/infill", infill, methods=["POST"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error})
+
+
+def _sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+async def _events(job: Job, reply: Reply):
+    """The stream: OpenAI's chunks ending in `data: [DONE]`, or llama-server's
+    /infill pieces ending in one with `"stop": true`."""
+    req = reply.req
+    try:
+        if req.kind == "chat":
+            yield _sse(reply.chunk(None, None, first=True))
+        while True:
+            kind, payload = await job.events.get()
+            if kind == "step":
+                yield _sse(reply.chunk(payload, None))
+            elif kind == "done":
+                yield _sse(reply.chunk(None, payload.finish, payload.stats))
+                if req.include_usage and req.kind != "infill":
+                    yield _sse(reply.usage_chunk(payload.stats))
+                if req.kind != "infill":
+                    yield "data: [DONE]\n\n"
+                return
+            elif kind == "error":
+                yield _sse(payload.body())
+                return
+    finally:
+        job.cancel.set()  # a client that went away stops its generation at the next step
