@@ -19,12 +19,10 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import openai
 import pytest
 
 from test_cli import spec
-
-openai = pytest.importorskip("openai")
-pytest.importorskip("uvicorn")
 
 CHAT_PROMPTS = ["What is the capital of France?", "Name three colours.", "Say hello in Spanish.",
                 "What is 2 + 2?", "Write a haiku about the sea.", "List two prime numbers.",
