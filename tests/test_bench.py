@@ -126,3 +126,19 @@ def test_bench_table_on_stderr(smollm_path, spec_env):
                "--proposer", "ngram", env=spec_env)
     assert res.returncode == 0, res.stderr
     assert res.stdout == "" and "speedup" in res.stderr and "bench.jsonl" in res.stderr
+
+
+def test_bench_on_a_simulated_clock_says_so(smollm_path, spec_env):
+    res = spec("bench", "--target", "smollm2-135m", "--ctx", "1024", "--prompts", str(PROMPTS), "--n-prompts", "1",
+               "-n", "24", "--proposer", "ngram", "--proposer", "oracle", "--clock", "gpu-70b", "--json",
+               env=spec_env)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["simulated"] is True and out["clock"] == "gpu-70b"
+    assert out["batch_curve_ms"]["1"] == 40.0 and out["draft_ms_per_token"] == 1.2
+    sets = {s["proposer"]: s for s in out["sets"]}
+    assert sets["oracle"]["by_source"]["oracle"]["acceptance"] == 1.0
+    # the target alone at 40 ms a token on the profile's clock: 25 tok/s, whatever this machine does
+    assert sets["oracle"]["baseline_tokens_per_s"] == pytest.approx(25.0, rel=0.01)
+    bad = spec("bench", "--target", "smollm2-135m", "--proposer", "ngram", "--clock", "tpu", env=spec_env)
+    assert bad.returncode == 1 and "no clock profile 'tpu'" in bad.stderr and "Traceback" not in bad.stderr

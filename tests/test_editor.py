@@ -5,8 +5,7 @@ only to check the token layout)."""
 import pytest
 
 from spec_cli.run.editor import EditorStops, cursor_indent, fim_prompt
-from spec_cli.run.history import History
-from spec_cli.run.proposers import NGram
+from spec_cli.run.suffix import Lookup, Store
 from spec_cli.run.session import _between
 
 
@@ -114,33 +113,32 @@ def test_without_fim_tokens_the_prefix_alone():
 
 # -- drafts from earlier outputs ---------------------------------------------------
 
-def test_history_drafts_a_repeated_request():
-    history = History()
+def test_the_store_drafts_a_repeated_request():
+    store = Store()
     prompt = list(range(100, 140))
     output = [7, 8, 9, 10, 11, 12]
-    history.add(prompt, output)
-    ngram = NGram(history=history)
-    ngram.prepare(prompt)
-    cands = ngram.candidates(prompt)
-    hist = [c for c in cands if c.source.startswith("hist")]
-    assert hist and hist[0].source == "hist8" and hist[0].limit == len(output)
-    assert ngram.draft(prompt, hist[0], 4).tokens == [7, 8, 9, 10]
+    store.add(prompt, output)
+    lookup = Lookup(store=store)
+    lookup.prepare(prompt)
+    hist = [c for c in lookup.candidates(prompt) if c.source.startswith("hist")]
+    assert hist and hist[0].source == "hist16"  # the whole 16-token window matched
+    assert lookup.draft(prompt, hist[0], 4).tokens == [7, 8, 9, 10]
 
 
-def test_history_is_bounded_and_forgets_the_least_recently_used():
-    history = History(max_tokens=100)
+def test_the_store_is_bounded_and_forgets_the_least_recently_used():
+    store = Store(max_tokens=100)
     for i in range(10):
-        history.add([], [1000 * i + j for j in range(30)])
-    assert history.tokens <= 100 and len(history) == 3
-    assert history.lookup([9000, 9001]) is not None   # the latest is kept
-    assert history.lookup([0, 1]) is None             # the oldest went
-    history.add([], [9000 + j for j in range(30)])     # a repeat is not stored twice
-    assert len(history) == 3
+        store.add([], [1000 * i + j for j in range(30)])
+    assert store.tokens <= 100 and len(store) == 3
+    assert store.index.match([9000, 9001])[0] == 2   # the latest is kept
+    assert store.index.match([0, 1])[0] == 0         # the oldest went
+    store.add([], [9000 + j for j in range(30)])      # a repeat is not stored twice
+    assert len(store) == 3
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_history_ignores_a_match_shorter_than_its_minimum(n):
-    history = History(n_min=n)
-    history.add([], [1, 2, 3, 4])
-    found = history.lookup([9, 2, 3])  # matches "2 3", a 2-gram
-    assert (found is not None) == (n == 2)
+def test_store_entries_do_not_run_into_each_other():
+    store = Store()
+    store.add([], [1, 2, 3])
+    store.add([], [4, 5, 6])
+    assert store.index.match([3, 4])[0] == 1  # "3" matched, "3 4" spans the separator: not a context
+    assert store.index.follow([2, 3], 4, 0.0)[0] == []  # nothing follows an entry's end

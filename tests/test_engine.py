@@ -6,7 +6,8 @@ import pytest
 from spec_cli.llama.backend import ContextFull, Detokenizer, common_prefix
 from spec_cli.run.engine import GenConfig, generate
 from spec_cli.errors import SpecError
-from spec_cli.run.proposers import DraftModel, NGram, NoDraft
+from spec_cli.run.proposers import DraftModel, NoDraft
+from spec_cli.run.suffix import Lookup
 from spec_cli.core.sampling import SamplingConfig
 
 GREEDY = SamplingConfig()
@@ -33,7 +34,7 @@ def test_greedy_proposers_match_the_target_alone(smollm, smollm_draft, own_promp
     for item in own_prompts:
         prompt = smollm.tokenize(item["prompt"])
         base, base_text, _ = run(smollm, NoDraft(), prompt, max_tokens=40)
-        for prop in (NGram(), DraftModel(smollm_draft, GREEDY, np.random.default_rng(0))):
+        for prop in (Lookup(), DraftModel(smollm_draft, GREEDY, np.random.default_rng(0))):
             toks, text, _ = run(smollm, prop, prompt, max_tokens=40, draft_max=6)
             assert toks == base, (item["id"], prop.name)
             assert text == base_text
@@ -66,13 +67,13 @@ def test_same_seed_same_output_at_temperature(smollm, smollm_draft):
 
 def test_max_tokens_is_exact_and_reported(smollm):
     prompt = smollm.tokenize("Count: 1, 2, 3,")
-    toks, _, steps = run(smollm, NGram(), prompt, max_tokens=7)
+    toks, _, steps = run(smollm, Lookup(), prompt, max_tokens=7)
     assert len(toks) == 7 and steps[-1].finish_reason == "length"
 
 
 def test_stop_string_ends_generation_and_is_cut(smollm):
     prompt = smollm.tokenize("Count: 1, 2, 3,")
-    _, text, steps = run(smollm, NGram(), prompt, max_tokens=60, stop=(" 6",))
+    _, text, steps = run(smollm, Lookup(), prompt, max_tokens=60, stop=(" 6",))
     assert steps[-1].finish_reason == "stop"
     assert " 6" not in text and "5" in text
 
@@ -90,7 +91,7 @@ def test_full_context_finishes_without_crash(smollm_path):
     with Model(smollm_path, LoadConfig(n_ctx=64)) as small:
         assert small.n_ctx >= 64  # llama.cpp may round the size up
         prompt = small.tokenize("Numbers: " + ", ".join(map(str, range(12))))
-        toks, _, steps = run(small, NGram(), prompt, max_tokens=5000)
+        toks, _, steps = run(small, Lookup(), prompt, max_tokens=5000)
         assert steps[-1].finish_reason == "context"
         assert len(prompt) + len(toks) == small.n_ctx
 

@@ -17,7 +17,8 @@ import pytest
 
 from spec_cli.run.bench import DELTA_MAX, NEAR_TIE, Run, divergence
 from spec_cli.run.engine import GenConfig, generate
-from spec_cli.run.proposers import DraftModel, Hybrid, NGram, NoDraft
+from spec_cli.run.proposers import DraftModel, Hybrid, NoDraft
+from spec_cli.run.suffix import Lookup
 from spec_cli.core.sampling import SamplingConfig
 
 HOT = SamplingConfig(temperature=0.8, top_p=0.95)
@@ -75,7 +76,7 @@ def check_divergences_are_near_ties(target, draft_model, items, sampling=Samplin
     parted = []
     for prompt in items:
         base = run_with_margins(target, prompt, max_tokens=n, sampling=sampling, seed=3)
-        for prop in (NGram(), DraftModel(draft_model, sampling, np.random.default_rng(0), seed=3)):
+        for prop in (Lookup(), DraftModel(draft_model, sampling, np.random.default_rng(0), seed=3)):
             out = run(target, prop, prompt, max_tokens=n, draft_max=8, adaptive=False, sampling=sampling, seed=3)
             m = divergence(base, Run(out))
             if m is not None:
@@ -99,7 +100,7 @@ def test_deterministic_identity_for_every_proposer(smollm, smollm_draft, own_pro
         def draft():
             return DraftModel(smollm_draft, sampling, np.random.default_rng(0), seed=11)
 
-        for prop, adaptive in ((NGram(), False), (draft(), False), (Hybrid(NGram(), draft()), True)):
+        for prop, adaptive in ((Lookup(), False), (draft(), False), (Hybrid(Lookup(), draft()), True)):
             out = run(smollm, prop, prompt, max_tokens=40, draft_max=6, adaptive=adaptive,
                       sampling=sampling, seed=11)
             assert out == base, (item["id"], prop.name)
@@ -112,7 +113,7 @@ def test_same_seed_same_text_however_the_cost_model_decides(smollm, smollm_draft
     for prop, kw in ((NoDraft(), {}),
                      (DraftModel(smollm_draft, HOT, np.random.default_rng(5), seed=7), {"adaptive": False}),
                      (DraftModel(smollm_draft, HOT, np.random.default_rng(6), seed=7), {"draft_max": 3}),
-                     (NGram(), {"adaptive": False})):
+                     (Lookup(), {"adaptive": False})):
         texts.append(run(smollm, prop, prompt, max_tokens=40, sampling=HOT, seed=7, **kw))
     assert all(t == texts[0] for t in texts)
     assert run(smollm, NoDraft(), prompt, max_tokens=40, sampling=HOT, seed=8) != texts[0]

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from spec_cli.run.engine import GenConfig, generate
-from spec_cli.run.proposers import DraftModel, Hybrid, NGram, NoDraft
+from spec_cli.run.proposers import DraftModel, Hybrid, NoDraft
+from spec_cli.run.suffix import Lookup
 from spec_cli.core.sampling import SamplingConfig
 
 from conftest import bench_prompts
@@ -36,7 +37,7 @@ def check_identical(target, draft, items, sampling=SamplingConfig(), seed=0):
         def model():
             return DraftModel(draft, sampling, np.random.default_rng(0), seed=seed)
 
-        runs = [(model(), fixed), (NGram(), fixed), (Hybrid(NGram(), model()), adaptive)]
+        runs = [(model(), fixed), (Lookup(), fixed), (Hybrid(Lookup(), model()), adaptive)]
         for prop, cfg in runs:
             steps = list(generate(target, prop, prompt, cfg))
             out = [t for s in steps for t in s.tokens]

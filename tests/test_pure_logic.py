@@ -3,7 +3,8 @@
 import pytest
 
 from spec_cli.run.engine import StopMatcher
-from spec_cli.run.proposers import EMPTY, NGram
+from spec_cli.run.proposers import EMPTY
+from spec_cli.run.suffix import Lookup
 from spec_cli.core.stats import Stats
 
 
@@ -33,37 +34,72 @@ def propose(ng, ctx, k):
     return ng.draft(ctx, cands[0], min(k, cands[0].limit)) if cands else EMPTY
 
 
-def test_ngram_proposes_what_followed_the_latest_match():
-    ng = NGram(n_max=3)
+def test_lookup_proposes_what_followed_the_match():
+    lk = Lookup()
     ctx = [1, 2, 3, 4, 5, 9, 9, 1, 2, 3]
-    assert propose(ng, ctx, 3).tokens == [4, 5, 9]
-    assert propose(ng, ctx, 10).tokens == [4, 5, 9, 9, 1, 2, 3]
-    assert propose(ng, ctx, 3).probs is None
+    lk.prepare(ctx)
+    (cand,) = lk.candidates(ctx)
+    assert cand.source == "prompt3" and cand.limit == 6  # 3 tokens matched: at most ALPHA x 3
+    assert lk.draft(ctx, cand, 3).tokens == [4, 5, 9]
+    assert lk.draft(ctx, cand, 3).probs is None
 
 
-def test_ngram_prefers_longest_match_then_latest():
-    ng = NGram(n_max=3)
-    # "2 3" occurs twice; the longer "1 2 3" match picks the first
+def test_lookup_prefers_the_longest_match_then_the_most_frequent_then_the_latest():
     ctx = [1, 2, 3, 7, 8, 5, 2, 3, 6, 1, 2, 3]
-    assert propose(ng, ctx, 2).tokens == [7, 8]
-    ng2 = NGram(n_max=3)
+    assert propose(Lookup(), ctx, 2).tokens == [7, 8]  # "1 2 3" beats the later "2 3"
     ctx2 = [4, 2, 3, 7, 8, 5, 2, 3, 6, 9, 2, 3]
-    assert propose(ng2, ctx2, 2).tokens == [6, 9]  # latest "2 3"
+    assert propose(Lookup(), ctx2, 2).tokens == [6, 9]  # "2 3": once each, the latest wins
+    ctx3 = [1, 2, 5, 1, 2, 5, 1, 2, 6, 1, 2]
+    lk = Lookup()
+    assert propose(lk, ctx3, 1).tokens == [5]  # "1 2": 5 twice, 6 once
+    assert lk.shares == [2 / 3]
 
 
-def test_ngram_no_match_and_no_self_match():
-    ng = NGram()
-    assert propose(ng, [1, 2, 3, 4], 4).tokens == []
-    assert propose(ng, [7], 4).tokens == []
+def test_lookup_stops_where_the_continuation_becomes_uncertain():
+    # after "a b" comes c; after "b c" comes d, e, f or g once each (share 1/4)
+    ctx = [10, 11, 12, 20, 10, 11, 12, 21, 10, 11, 12, 22, 10, 11, 12, 23, 5, 10, 11]
+    lk = Lookup(threshold=0.3)
+    assert propose(lk, ctx, 4).tokens == [12]
+    # a lower bar takes the latest of the four, then a sure run: "12 23" -> 5 -> 10
+    assert propose(Lookup(threshold=0.2), ctx, 4).tokens == [12, 23, 5, 10]
 
 
-def test_ngram_index_grows_and_rebuilds_on_rewrite():
-    ng = NGram(n_max=2)
+def test_lookup_no_match_and_no_self_match():
+    assert propose(Lookup(), [1, 2, 3, 4], 4).tokens == []
+    assert propose(Lookup(), [7], 4).tokens == []
+
+
+def test_lookup_follows_the_context_and_rewinds_on_rewrite():
+    lk = Lookup()
     ctx = [1, 2, 3, 1]
-    assert propose(ng, ctx, 2).tokens == [2, 3]
-    ctx = ctx + [2, 5, 1, 2]  # grows: latest "1 2" is now followed by 5
-    assert propose(ng, ctx, 2).tokens == [5, 1]
-    assert propose(ng, [9, 8, 7, 9], 2).tokens == [8, 7]  # history rewritten
+    assert propose(lk, ctx, 2).tokens == [2, 3]
+    ctx = ctx + [2, 5, 1, 2]  # grows: "1 2" now followed by 3 and 5 once each: the latest, 5
+    assert propose(lk, ctx, 2).tokens == [5, 1]
+    assert propose(lk, [9, 8, 7, 9], 2).tokens == [8, 7]  # rewritten: the index follows
+    assert lk.index.tokens == [9, 8, 7, 9]
+
+
+def test_after_a_wholly_accepted_draft_the_copy_goes_on_in_the_originals_order():
+    original = [50, 51, 52, 53, 54, 55, 56, 57, 58, 59]
+    prompt = original + [7] + [50, 51]
+    lk = Lookup()
+    lk.prepare(prompt)
+    first = propose(lk, prompt, 3)
+    assert first.tokens == [52, 53, 54]
+    ctx = prompt + first.tokens + [55]  # all accepted, and the bonus token is the original's next
+    (run, *_) = lk.candidates(ctx)
+    assert run.source == "prompt-run" and lk.draft(ctx, run, 3).tokens == [56, 57, 58]
+    other = prompt + first.tokens + [99]  # the bonus parted from the original: a fresh lookup
+    assert all(not c.source.endswith("-run") for c in lk.candidates(other))
+
+
+def test_the_index_update_reads_a_bounded_number_of_entries():
+    from spec_cli.run.suffix import SuffixIndex
+    index = SuffixIndex(depth=4)
+    index.extend(range(1000))
+    assert len(index.next) == 999 + 998 + 997 + 996  # every context of 1-4 tokens, once
+    index.truncate(10)
+    assert len(index.tokens) == 10 and len(index.next) == 9 + 8 + 7 + 6
 
 
 def test_stop_matcher_holds_back_partial_stop():

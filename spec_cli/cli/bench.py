@@ -33,11 +33,17 @@ def bench(
     draft_gpu_layers: DraftGpuLayers = 0, deterministic: Deterministic = False,
     rule: Annotated[List[str], typer.Option("--rule", help="gumbel | residual; repeatable to compare the "
                                                            "two rules.")] = ["gumbel"],
+    clock: Annotated[Optional[str], typer.Option(
+        "--clock", help="Charge a simulated clock instead of the wall: a shipped profile (gpu-70b: a 70B "
+                        "target on a GPU with a 1B draft; measured: this machine's probed curves) or a TOML "
+                        "file. The models still run for the tokens and the acceptance; every time is "
+                        "the profile's.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with a `sets` list.")] = False,
 ) -> None:
     """Is it faster on this machine?  The target alone and each proposer,
     interleaved prompt by prompt, timed end to end, next to the ceiling."""
     from ..run.bench import DEFAULT_PROMPTS, problems, report, run_bench, variants_from
+    from ..run.clock import load_clock, read_profile
     from ..run.engine import GenConfig
     from ..term import render
     from .common import check_rule
@@ -46,6 +52,8 @@ def bench(
     for f in files:
         if not f.is_file():
             raise SpecError(f"prompt file not found: {f}")
+    if clock:
+        read_profile(clock)  # a bad profile is said before the models load
     variants = variants_from(proposer, sweep_draft_max, [check_rule(r) for r in rule])
     if not variants:
         raise SpecError("nothing to compare: give a --proposer other than none")
@@ -53,7 +61,9 @@ def bench(
     pair = load(PairConfig(target, draft, "hybrid" if needs_draft else "ngram", ctx, threads, gpu_layers,
                            draft_gpu_layers, deterministic=deterministic), quiet=as_json)
     try:
-        gen = GenConfig(sampling=sampling(temp), max_tokens=max_tokens, draft_max=draft_max, seed=seed)
+        simulated = load_clock(clock, pair) if clock else None
+        gen = GenConfig(sampling=sampling(temp), max_tokens=max_tokens, draft_max=draft_max, seed=seed,
+                        clock=simulated)
         with render.spinner(enabled=not as_json) as progress:
             try:
                 sets = run_bench(pair, files, variants, n_prompts=n_prompts or None, gen_base=gen,
@@ -61,7 +71,7 @@ def bench(
             except KeyboardInterrupt:
                 raise SpecError("bench interrupted; no results", exit_code=130) from None
         result = report(pair, sets, target=target, deterministic=deterministic, rules=rule, max_tokens=max_tokens,
-                        temperature=temp, seed=seed, draft_max=draft_max)
+                        temperature=temp, seed=seed, draft_max=draft_max, clock=simulated)
         if as_json:
             print(json.dumps(result, indent=1))
         else:

@@ -138,8 +138,21 @@ class Acceptance:
 
 # acceptance before anything is seen; n-gram matches by length; the oracle
 # (bench's ceiling) drafts what the target alone wrote
-PRIORS = {"ngram1": 0.2, "ngram2": 0.4, "ngram3": 0.6, "ngram4": 0.8, "ngram8": 0.95, "draft": 0.8,
-          "hist2": 0.4, "hist3": 0.6, "hist4": 0.8, "hist8": 0.95, "oracle": 1.0}
+PRIORS = {"draft": 0.8, "oracle": 1.0}
+# a lookup's prior by how long its match was (suffix.bucket), whatever it
+# matched in (prompt, output, earlier outputs); a continued copy: 0.9
+LOOKUP_PRIORS = {1: 0.2, 2: 0.4, 3: 0.6, 4: 0.8, 8: 0.9, 16: 0.95}
+
+
+def prior(source: str) -> float:
+    if source in PRIORS:
+        return PRIORS[source]
+    if source.endswith("-run"):
+        return 0.9
+    digits = source[len(source.rstrip("0123456789")):]
+    return LOOKUP_PRIORS.get(int(digits), 0.7) if digits else 0.7
+
+
 WINDOW = 32      # drafting steps per proposer kept by the safeguard
 PLAIN_WINDOW = 16
 MIN_DRAFTING, MIN_PLAIN = 8, 4   # evidence before the safeguard judges
@@ -155,8 +168,8 @@ class _Offer:
 
 def group(source: str) -> str:
     """The safeguard judges each lookup as one proposer, whatever the match
-    length ("ngram4" -> "ngram", "hist8" -> "hist")."""
-    return source.rstrip("0123456789")
+    length ("prompt4" -> "prompt", "hist-run" -> "hist")."""
+    return source.split("-")[0].rstrip("0123456789")
 
 
 def _realised(window) -> float:
@@ -186,7 +199,7 @@ class Policy:
 
     def _acc(self, proposer: str) -> Acceptance:
         if proposer not in self.accept:
-            self.accept[proposer] = Acceptance(prior=PRIORS.get(proposer, 0.7), n_max=self.k_max)
+            self.accept[proposer] = Acceptance(prior=prior(proposer), n_max=self.k_max)
         return self.accept[proposer]
 
     def _saves(self, rates: list[float], d: float, setup_s: float) -> bool:

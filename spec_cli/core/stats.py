@@ -20,6 +20,9 @@ class Stats:
     ttft_s: float = 0.0          # from the request to the first token
     # per_position[i] = [times a draft reached position i, times it was accepted]
     per_position: list[list[int]] = field(default_factory=list)
+    # by_source[origin] = [steps, drafted, accepted]; origin is the policy's
+    # source without its match length ("prompt8" -> "prompt", "hist-run" -> "hist")
+    by_source: dict[str, list[int]] = field(default_factory=dict)
 
     def merge(self, other: "Stats") -> None:
         """Add another run's numbers (a chat's turns)."""
@@ -31,9 +34,13 @@ class Stats:
                 self.per_position.append([0, 0])
             self.per_position[i][0] += n
             self.per_position[i][1] += a
+        for origin, counts in other.by_source.items():
+            mine = self.by_source.setdefault(origin, [0, 0, 0])
+            for i, c in enumerate(counts):
+                mine[i] += c
 
     def add(self, *, n_tokens: int, drafted: int, accepted: int,
-            draft_s: float, verify_s: float) -> None:
+            draft_s: float, verify_s: float, source: str = "none") -> None:
         self.steps += 1
         self.drafting_steps += drafted > 0
         self.tokens += n_tokens
@@ -47,6 +54,11 @@ class Stats:
             self.per_position[i][0] += 1
             if i < accepted:
                 self.per_position[i][1] += 1
+        if drafted:
+            counts = self.by_source.setdefault(origin(source), [0, 0, 0])
+            counts[0] += 1
+            counts[1] += drafted
+            counts[2] += accepted
 
     @property
     def acceptance_rate(self) -> float:
@@ -67,6 +79,12 @@ class Stats:
         gen_s = self.wall_s - self.prefill_s
         return self.tokens / gen_s if gen_s > 0 else 0.0
 
+    def source_rates(self) -> dict[str, dict]:
+        """Per origin: steps, drafted, acceptance, mean accepted per step."""
+        return {o: {"steps": st, "drafted": d, "accepted": a, "acceptance": round(a / d, 4) if d else 0.0,
+                    "mean_accepted": round(a / st, 4) if st else 0.0}
+                for o, (st, d, a) in sorted(self.by_source.items())}
+
     def position_rates(self) -> list[float]:
         return [a / n if n else 0.0 for n, a in self.per_position]
 
@@ -81,6 +99,7 @@ class Stats:
             "tokens_per_step": round(self.tokens_per_step, 4),
             "tokens_per_s": round(self.tokens_per_s, 3),
             "per_position": [round(r, 4) for r in self.position_rates()],
+            "by_source": self.source_rates(),
             "prefill_tokens": self.prefill_tokens,
             "prefill_s": round(self.prefill_s, 4),
             "draft_s": round(self.draft_s, 4),
@@ -88,3 +107,8 @@ class Stats:
             "wall_s": round(self.wall_s, 4),
             "ttft_s": round(self.ttft_s, 4),
         }
+
+
+def origin(source: str) -> str:
+    """What drafted, without the match length: "prompt8" -> "prompt"."""
+    return source.split("-")[0].rstrip("0123456789")

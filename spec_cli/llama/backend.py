@@ -257,6 +257,8 @@ class Model:
         desc = buf.value.decode("utf-8", "replace")
         special = self.special_tokens()
         fim = {k[4:]: self.token_text(v) for k, v in special.items() if k.startswith("fim_") and v >= 0}
+        if "pre" not in fim:
+            fim = {}  # repository/file separators alone (SmolLM2's) do not make fill-in-the-middle
         return {
             "file": str(self.path),
             "name": self.meta("general.name"),
@@ -379,11 +381,21 @@ class ContextFull(SpecError):
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix: list slices compared at C speed (the
+    usual case, one a prefix of the other, is one comparison), else a
+    binary search of them."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    a, b = list(a[:n]), list(b[:n])
+    if a == b:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class Detokenizer:

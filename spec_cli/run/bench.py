@@ -166,6 +166,7 @@ def summarise(file: str, variant: str, runs: list[tuple[Run, Run]], *, coupled: 
         "identical": agree == 1.0 if coupled else None,
         "max_divergence_margin": (max(margins) if margins else 0.0) if coupled else None,
         "ceiling_share": None,
+        "by_source": total.source_rates(),
     }
 
 
@@ -219,7 +220,8 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
                 cfg = dataclasses.replace(gen_base, adaptive=v.fixed is None, rule=v.rule,
                                           draft_max=v.fixed if v.fixed is not None else gen_base.draft_max)
                 prop = (Oracle(base.tokens) if v.proposer == "oracle"
-                        else pair.new_proposer(gen_base.sampling, seed, name=v.proposer, rule=v.rule))
+                        else pair.new_proposer(gen_base.sampling, seed, name=v.proposer, rule=v.rule,
+                                               clock=gen_base.clock))
                 pairs[v.label].append((base, _one(pair, tokens, cfg, prop)))
         for v in variants:
             coupled = gen_base.sampling.greedy or v.rule == "gumbel"
@@ -238,14 +240,18 @@ def _one(pair, tokens, cfg, proposer) -> Run:
     return Run(out.tokens, out.stats, out.margins)
 
 
-def report(pair, sets: list[dict], *, target: str, deterministic: bool, rules, **settings) -> dict:
-    """The whole result: settings, mode, the probed curve, the machine, the sets."""
-    curve = pair.target.curve or {}
-    return {"target": target, "draft": pair.draft_name, "mode": "deterministic" if deterministic else "default",
-            "rules": list(dict.fromkeys(rules)), **settings, "verify_cap": pair.target.verify_cap,
-            "near_tie": NEAR_TIE, "clock": "real", "simulated": False,
-            "batch_curve_ms": {n: round(s * 1e3, 2) for n, s in sorted(curve.items())},
-            "machine": machine(), "sets": sets}
+def report(pair, sets: list[dict], *, target: str, deterministic: bool, rules, clock=None, **settings) -> dict:
+    """The whole result: settings, mode, the probed curve (or the simulated
+    clock's), the machine, the sets."""
+    curve = (pair.target.curve or {}) if clock is None else clock.timings()
+    out = {"target": target, "draft": pair.draft_name, "mode": "deterministic" if deterministic else "default",
+           "rules": list(dict.fromkeys(rules)), **settings, "verify_cap": pair.target.verify_cap,
+           "near_tie": NEAR_TIE, "clock": "real" if clock is None else clock.name, "simulated": clock is not None,
+           "batch_curve_ms": {n: round(s * 1e3, 2) for n, s in sorted(curve.items())},
+           "machine": machine(), "sets": sets}
+    if clock is not None:
+        out["draft_ms_per_token"] = round(clock.draft_per_token_s * 1e3, 3)
+    return out
 
 
 def machine() -> dict:

@@ -49,6 +49,7 @@ class GenConfig:
     # target alone, whatever was drafted; "residual": the classic rule
     rule: str = "gumbel"
     margins: bool = False  # record each decision's top-1 minus top-2 margin (bench)
+    clock: object = None   # a simulated clock (clock.Clock): it prices the steps, not the wall
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class Step:
     margins: with GenConfig.margins, the target's top-1 minus top-2 margin
         (sampling.margin) at each decision of the step, an end-of-generation
         token included; else empty.
+    With a simulated clock (GenConfig.clock) draft_s, verify_s and
+    prefill_s are what the clock charges, not what the wall showed.
     finish_reason: None while going on; else "stop" (end-of-generation token
         or stop string), "length" (max tokens) or "context" (context full).
     """
@@ -83,6 +86,7 @@ class Step:
     prefill_s: float = 0.0
     finish_reason: str | None = None
     margins: tuple[float, ...] = ()
+    source: str = "none"   # what drafted (the policy's source name), "none" for a plain step
 
 
 class StopMatcher:
@@ -128,23 +132,27 @@ class Round:
 
 
 def step(target: Model, proposer: Proposer, policy: Policy | None, context: list[int], k: int,
-         pick: Callable[[np.ndarray, list[int], Proposal], tuple[int, int]]) -> Round:
+         pick: Callable[[np.ndarray, list[int], Proposal], tuple[int, int]], clock=None) -> Round:
     """One speculative round after `context`, drafting at most k tokens."""
     t0 = time.perf_counter()
     cands = proposer.candidates(context) if k > 0 else []                       # 1. what could draft,
     cand, k = policy.choose(cands, k) if policy else (cands[0] if cands else None, k)  # the policy decides,
-    keep_going = (lambda chain: policy.keep_going(cand.source, chain)) if policy and cand else None
+    keep_going = ((lambda chain, source=None: policy.keep_going(source or cand.source, chain))
+                  if policy and cand else None)
     prop = proposer.draft(context, cand, min(k, cand.limit), keep_going) if cand and k > 0 else EMPTY
     draft = prop.tokens[:k]                                                     # and the proposer drafts
     t1 = time.perf_counter()
     logits = target.decode([context[-1], *draft], logits_from=0)                # 2. one target pass
     n_acc, token = pick(logits, draft, prop)                                    # 3.-4. accept, correct
     _rewind(target, len(context) + n_acc)                                       # 5. rewind
-    verify_s = time.perf_counter() - t1
+    verify_s, draft_s = time.perf_counter() - t1, t1 - t0
+    steady_s = draft_s if prop.steady_s is None else prop.steady_s
+    if clock is not None:  # what this step would cost on the simulated machine
+        verify_s = clock.verify_s(len(draft) + 1)
+        draft_s = steady_s = clock.draft_s(prop.model_tokens, prop.model_read)
     if policy is not None:
-        policy.observe(prop.source, drafted=len(draft), accepted=n_acc, verify_s=verify_s,
-                       draft_s=t1 - t0 if prop.steady_s is None else prop.steady_s)
-    return Round(draft, n_acc, token, prop.source, t1 - t0, verify_s, logits)
+        policy.observe(prop.source, drafted=len(draft), accepted=n_acc, verify_s=verify_s, draft_s=steady_s)
+    return Round(draft, n_acc, token, prop.source, draft_s, verify_s, logits)
 
 
 def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
@@ -156,13 +164,13 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
     t0 = time.perf_counter()
     evaluated = _prefill(target, prompt)
     proposer.prepare(prompt)  # a draft model reads the prompt only once it is chosen
-    prefill = (evaluated, time.perf_counter() - t0)
+    prefill = (evaluated, time.perf_counter() - t0 if cfg.clock is None else cfg.clock.prefill_s(evaluated))
 
     # --deterministic: keep target batches where their logits are bitwise one-token logits
     draft_max = cfg.draft_max
     if target.deterministic:
         draft_max = min(draft_max, _verify_cap(target) - 1)
-    policy = _policy(target, proposer, draft_max) if cfg.adaptive and draft_max > 0 else None
+    policy = _policy(target, proposer, draft_max, cfg.clock) if cfg.adaptive and draft_max > 0 else None
     out = _Output(target, cfg)
     pick = _rule(cfg, seed, np.random.default_rng(seed), out)
     context = prompt
@@ -170,8 +178,9 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
         remaining = cfg.max_tokens - out.produced
         if policy is not None:
             policy.horizon = remaining
+        # the draft, the correction and what came before must fit the context
         r = step(target, proposer, policy, context, max(0, min(draft_max, remaining - 1,
-                                                              target.n_ctx - len(context))), pick)
+                                                              target.n_ctx - len(context) - 1)), pick, cfg.clock)
         margins = tuple(margin(r.logits[i], cfg.sampling, seed, out.produced + i)
                         for i in range(r.accepted + 1)) if cfg.margins else ()
         new, origin, text, segments, finish, margins = out.add([*r.draft[:r.accepted], r.token],
@@ -180,7 +189,7 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
         yield Step(tokens=tuple(new), from_draft=tuple(origin), text=text, segments=segments,
                    drafted=len(r.draft), accepted=r.accepted, draft_s=r.draft_s,
                    verify_s=r.verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
-                   finish_reason=finish, margins=margins)
+                   finish_reason=finish, margins=margins, source=r.source if r.draft else "none")
         prefill = (0, 0.0)
         if finish is not None:
             return
@@ -272,12 +281,16 @@ def _verify_cap(target: Model) -> int:
     return target.verify_cap
 
 
-def _policy(target: Model, proposer: Proposer, draft_max: int) -> Policy:
+def _policy(target: Model, proposer: Proposer, draft_max: int, clock=None) -> Policy:
     """A policy for this generation.  What was learned of the machine's
     costs carries over from earlier generations on the same target (a
-    chat's turns, bench's runs); acceptance is learned afresh."""
+    chat's turns, bench's runs); acceptance is learned afresh.  On a
+    simulated clock the costs are the clock's."""
     from ..llama.probe import ensure
 
+    n = max(draft_max + 1, 17)
+    if clock is not None:
+        return Policy(CostModel.from_timings(clock.timings(), n), k_max=draft_max, draft_s=proposer.cost_prior)
     if target.costs is None:
-        target.costs = CostModel.from_timings(ensure(target), max(draft_max + 1, 17))
+        target.costs = CostModel.from_timings(ensure(target), n)
     return Policy(target.costs, k_max=draft_max, draft_s=proposer.cost_prior)

@@ -7,8 +7,8 @@ drafts up to that many tokens.
     draft(context, candidate, k, keep_going) -> Proposal(tokens, probs or None)
 
 `context` is every token so far (prompt and output).  `source` names what
-the policy learns acceptance for ("draft", "ngram1".."ngram8" by match
-length, "oracle").  `probs` holds the draft distribution of each proposed
+the policy learns acceptance for ("draft", "oracle", and for the lookup
+in suffix.py where it matched and how long: "prompt8", "output4", "hist16").  `probs` holds the draft distribution of each proposed
 token, row by row, or is None for a point mass (n-gram lookup, greedy and
 Gumbel-coupled drafts).  `keep_going(confidences so far)` lets a draft
 model stop early where it is unsure.
@@ -43,6 +43,10 @@ class Proposal:
     # seconds a proposer pays per step when it drafts every step (a draft
     # model catching up on many tokens after a pause costs more, once)
     steady_s: float | None = None
+    # a draft model's work, for a simulated clock (clock.py): tokens it
+    # drafted, and tokens it read in the batch that yielded the first
+    model_tokens: int = 0
+    model_read: int = 0
 
 
 EMPTY = Proposal([])
@@ -106,10 +110,13 @@ class DraftModel:
         self.p_min = p_min  # stop drafting when the top draft probability falls below
         self.rule, self.seed = rule, seed
         self._prompt_len = self._behind = 0
+        self.clock = None  # a simulated clock (clock.py) prices the catch-up instead of the probe
 
     @property
     def cost_prior(self) -> dict[str, float]:
         """Seconds per draft token, from the model's load-time probe."""
+        if self.clock is not None:
+            return {self.name: self.clock.draft_per_token_s}
         from ..llama.probe import ensure
         return {self.name: ensure(self.model)[1]}
 
@@ -118,6 +125,8 @@ class DraftModel:
         batches, at the probe's widest batch's cost per token)."""
         if tokens <= 2:
             return 0.0  # the usual step: the last accepted tokens
+        if self.clock is not None:
+            return self.clock.catch_up_s(tokens)
         from ..llama.probe import ensure
         curve = ensure(self.model)
         widest = max(curve)
@@ -162,7 +171,8 @@ class DraftModel:
         # a step normally feeds the draft 1-2 new tokens; a longer catch-up
         # is charged as that much, not as the draft's usual cost
         steady = seconds if behind <= 2 else seconds - t_sync * (1 - 2 / behind)
-        return Proposal(tokens, np.stack(rows) if rows else None, self.name, steady)
+        return Proposal(tokens, np.stack(rows) if rows else None, self.name, steady,
+                        model_tokens=len(tokens), model_read=max(behind, 1))
 
 
 class Oracle:
@@ -192,107 +202,46 @@ class Oracle:
         return Proposal(self.reference[done:done + k], None, self.name)
 
 
-class NGram:
-    """Prompt lookup: find the latest n tokens earlier in the context and
-    propose what followed them there.  Costs no model call.
-
-    An index maps every n-gram (n = n_min..n_max) to the position after its
-    latest occurrence; it grows with the context and is rebuilt if the
-    context is rewritten (a new chat turn that edits history).  With a
-    `history` (a server's earlier outputs, history.History) it looks there
-    too, and offers both to the policy, which learns their acceptance
-    apart ("ngramN" and "histN", by match length).
-    """
-
-    name = "ngram"
-    cost_prior: dict[str, float] = {}
-
-    def __init__(self, *, n_max: int = 4, n_min: int = 1, history=None):
-        self.n_max, self.n_min = n_max, n_min
-        self.history = history
-        self._seen: list[int] = []
-        self._index: dict[tuple[int, ...], int] = {}
-        self._found: dict[str, tuple[Sequence[int], int]] = {}  # source -> (tokens, where its draft starts)
-
-    def _update(self, context: Sequence[int]) -> None:
-        start = len(self._seen)
-        # the context still extends what was indexed (checked at its end: a
-        # rewritten history only costs drafts, never correctness)
-        if start > len(context) or (start and context[start - 1] != self._seen[-1]):
-            self._seen, self._index, start = [], {}, 0
-        # index n-grams that end at positions < len(context) - 1: the final
-        # n-gram of the context is the query, never its own match
-        self._seen.extend(context[start:])
-        lo = max(start - 1, 0)
-        for end in range(lo, len(context) - 1):
-            for n in range(self.n_min, self.n_max + 1):
-                if end + 1 >= n:
-                    self._index[tuple(context[end + 1 - n:end + 1])] = end + 1
-
-    def prepare(self, prompt: Sequence[int]) -> None:
-        self._update(prompt)
-
-    def candidates(self, context: Sequence[int]) -> list[Candidate]:
-        if len(context) < 2:
-            return []
-        self._update(context)
-        self._found = {}
-        out = []
-        for n in range(min(self.n_max, len(context) - 1), self.n_min - 1, -1):
-            nxt = self._index.get(tuple(context[-n:]))
-            if nxt is not None:
-                # longer matches predict better: the cost model learns the
-                # acceptance of each match length apart (ngram1..3, 4 = 4-7,
-                # 8 = 8 or more tokens matching before the proposal)
-                length = n
-                while (length < 16 and nxt - length - 1 >= 0
-                       and context[nxt - length - 1] == context[len(context) - length - 1]):
-                    length += 1
-                source = f"ngram{_bucket(length)}"
-                self._found[source] = (context, nxt)
-                out.append(Candidate(source, len(context) - nxt))
-                break
-        if self.history is not None:
-            hit = self.history.lookup(context)
-            if hit is not None:
-                doc, nxt, length = hit
-                source = f"hist{_bucket(length)}"
-                self._found[source] = (doc, nxt)
-                out.append(Candidate(source, len(doc) - nxt))
-        return out
-
-    def draft(self, context, cand, k, keep_going=None) -> Proposal:
-        tokens, at = self._found[cand.source]
-        return Proposal(list(tokens[at:at + k]), None, cand.source)
-
-
-def _bucket(length: int) -> int:
-    return length if length < 4 else 4 if length < 8 else 8
-
-
 class Hybrid:
-    """The free n-gram lookup and the draft model side by side: the policy
-    picks whichever pays more this step (the lookup, where it matches)."""
+    """The free lookup (suffix.Lookup) and the draft model side by side: the
+    policy picks whichever pays more this step, and where a lookup draft
+    ends confident -- its continuation ran out, not its certainty -- the
+    draft model extends it, token by token while the cost model says one
+    more pays (with a sampled draft under the residual rule, which needs
+    the draft's rows, it does not)."""
 
     name = "hybrid"
+    CONFIDENT = 0.9  # the lookup's last share at or above this: worth extending
 
-    def __init__(self, ngram: NGram, draft: DraftModel):
-        self.ngram, self.draft_model = ngram, draft
+    def __init__(self, lookup, draft: DraftModel):
+        self.lookup, self.draft_model = lookup, draft
 
     @property
     def cost_prior(self) -> dict[str, float]:
         return self.draft_model.cost_prior
 
     def prepare(self, prompt: Sequence[int]) -> None:
-        self.ngram.prepare(prompt)
+        self.lookup.prepare(prompt)
         self.draft_model.prepare(prompt)
 
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
-        return self.ngram.candidates(context) + self.draft_model.candidates(context)
+        return self.lookup.candidates(context) + self.draft_model.candidates(context)
 
     def draft(self, context, cand, k, keep_going=None) -> Proposal:
-        chosen = self.draft_model if cand.source == self.draft_model.name else self.ngram
-        return chosen.draft(context, cand, k, keep_going)
+        if cand.source == self.draft_model.name:
+            return self.draft_model.draft(context, cand, k, keep_going)
+        prop = self.lookup.draft(context, cand, k, keep_going)
+        shares = self.lookup.shares
+        n = len(prop.tokens)
+        dm = self.draft_model
+        if (n == 0 or n >= k or keep_going is None or shares[-1] < self.CONFIDENT
+                or (dm.rule == "residual" and not dm.sampling.greedy)
+                or not keep_going(shares, dm.name)):
+            return prop
+        ext = dm.draft(list(context) + prop.tokens, Candidate(dm.name, k - n), k - n,
+                       lambda chain: keep_going(shares + chain, dm.name))
+        return Proposal(prop.tokens + ext.tokens, None, prop.source, model_tokens=ext.model_tokens,
+                        model_read=ext.model_read)
 
 
 def confidence(logits: np.ndarray, p: np.ndarray | None, sampling: SamplingConfig) -> float:

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..llama.backend import LoadConfig, Model
 from ..errors import SpecError
-from .proposers import DraftModel, Hybrid, NGram, NoDraft, Proposer
+from .proposers import DraftModel, Hybrid, NoDraft, Proposer
+from .suffix import Lookup
 from ..core.sampling import SamplingConfig
 from .config import PairConfig
 
@@ -30,9 +31,10 @@ class Pair:
     draft_name: str | None = None  # as given, or the registry's suggestion
 
     def new_proposer(self, sampling: SamplingConfig, seed: int, *, name: str | None = None,
-                     rule: str | None = None, history=None) -> Proposer:
+                     rule: str | None = None, store=None, clock=None) -> Proposer:
         """A fresh proposer object: the configured one, or `name`.  With a
-        `history` (history.History) the lookup drafts from earlier outputs too."""
+        `store` (suffix.Store) the lookup drafts from earlier outputs too;
+        with a simulated `clock` (clock.py) a draft model is priced by it."""
         name = name or self.config.proposer
         if name not in PROPOSERS:
             raise SpecError(f"unknown proposer {name!r}", hint=f"Choose one of: {', '.join(PROPOSERS)}.")
@@ -41,11 +43,12 @@ class Pair:
         if name == "none":
             return NoDraft()
         if name == "ngram":
-            return NGram(history=history)
+            return Lookup(store=store)
         assert self.draft is not None
         draft = DraftModel(self.draft, sampling, np.random.default_rng([seed, 1]), p_min=self.config.p_min,
                            rule=rule or self.config.rule, seed=seed)
-        return Hybrid(NGram(history=history), draft) if name == "hybrid" else draft
+        draft.clock = clock
+        return Hybrid(Lookup(store=store), draft) if name == "hybrid" else draft
 
     def reset(self) -> None:
         """Empty both KV caches."""

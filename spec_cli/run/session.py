@@ -59,10 +59,10 @@ class Session:
         try:
             for step in generate(self.pair.target, self.proposer, self.prompt, self.gen):
                 stats.add(n_tokens=len(step.tokens), drafted=step.drafted, accepted=step.accepted,
-                          draft_s=step.draft_s, verify_s=step.verify_s)
+                          draft_s=step.draft_s, verify_s=step.verify_s, source=step.source)
                 stats.prefill_s += step.prefill_s
                 stats.prefill_tokens += step.prefill_tokens
-                stats.wall_s = time.perf_counter() - t0
+                stats.wall_s = self._wall(t0)
                 if not stats.ttft_s and step.tokens:
                     stats.ttft_s = stats.wall_s
                 self.tokens.extend(step.tokens)
@@ -87,8 +87,13 @@ class Session:
                     break
         except KeyboardInterrupt:
             self.finish = "interrupted"
-        stats.wall_s = time.perf_counter() - t0
+        stats.wall_s = self._wall(t0)
         return self
+
+    def _wall(self, t0: float) -> float:
+        """The user's wait so far; on a simulated clock, what it charged."""
+        s = self.stats
+        return time.perf_counter() - t0 if self.gen.clock is None else s.prefill_s + s.draft_s + s.verify_s
 
 
 def _between(segments: list[tuple[str, bool]], start: int, end: int) -> tuple[tuple[str, bool], ...]:

@@ -5,7 +5,7 @@ events; the worker thread owns the models.  Nothing is reset between
 requests: both models' KV caches keep the last request's tokens, so the
 next turn of a chat or the next completion in the same file evaluates
 only what is new, and the lookup drafts from earlier outputs too
-(history.History).
+(suffix.Store).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from ..core.config import SamplingConfig
 from ..errors import SpecError
 from ..run.editor import EditorStops, fim_prompt
 from ..run.engine import GenConfig
-from ..run.history import History
 from ..run.runner import Pair
 from ..run.session import Session
+from ..run.suffix import Store
 from .api import ApiError, Reply, Request
 
 log = logging.getLogger("spec_cli.serve")
@@ -59,7 +59,7 @@ class Job:
 class Worker:
     def __init__(self, pair: Pair, cfg: ServeConfig):
         self.pair, self.cfg = pair, cfg
-        self.history = History(max_tokens=cfg.history_tokens)
+        self.store = Store(max_tokens=cfg.history_tokens)
         self._jobs: collections.deque[Job] = collections.deque()
         self._cv = threading.Condition()
         self._closed = False
@@ -113,7 +113,7 @@ class Worker:
             except ApiError as e:
                 job.emit("error", e)
             except SpecError as e:
-                job.emit("error", ApiError(400, str(e) + (f" {e.hint}" if getattr(e, "hint", None) else "")))
+                job.emit("error", ApiError(400, e.message + (f" {e.hint}" if e.hint else "")))
             except Exception as e:  # a bug: say so, keep serving
                 log.exception("request failed")
                 job.emit("error", ApiError(500, f"internal error: {e}", kind="server_error"))
@@ -160,11 +160,11 @@ class Worker:
                         stop=req.stop, seed=seed, adaptive=self.cfg.adaptive, rule=pair.config.rule)
         stops = (EditorStops(n_indent=req.n_indent, suffix=req.input_suffix, t_max_predict_ms=req.t_max_predict_ms)
                  if req.kind == "infill" else None)
-        session = Session(pair, tokens, gen, pair.new_proposer(sampling, seed, history=self.history),
+        session = Session(pair, tokens, gen, pair.new_proposer(sampling, seed, store=self.store),
                           stops=stops, cancelled=job.cancel.is_set)
         job.emit("start", reply)
         session.run(lambda step, stats: job.emit("step", step.text) if step.text else None)
-        self.history.add(tokens, session.tokens)
+        self.store.add(tokens, session.tokens)
         job.emit("done", session)
 
     @staticmethod

@@ -152,7 +152,9 @@ def bench_table(result: dict) -> Table:
     table = Table(title=f"spec-cli bench: {result['target']} / draft {result['draft'] or '-'} — "
                         f"{m['cpu']}, {m['cores']} cores, llama-cpp-python {m['llama_cpp_python']}, "
                         f"{result['max_tokens']} tokens, temperature {result['temperature']}, {mode}, "
-                        f"rule {' & '.join(result.get('rules', ['gumbel']))}, {result.get('clock', 'real')} clock",
+                        f"rule {' & '.join(result.get('rules', ['gumbel']))}, "
+                        + (f"[bold]SIMULATED clock {result['clock']}[/] (times are the profile's, not measured)"
+                           if result.get("simulated") else "real clock"),
                   caption="speedup: end to end (request to last token, prompt reading included) over the target "
                           "alone, median per prompt; gen: after the prompt was read; ceiling: share of the "
                           "oracle's gain; agree: prompts with the target alone's exact tokens (margin: the "
@@ -161,7 +163,7 @@ def bench_table(result: dict) -> Table:
     for col, just in (("prompts", "left"), ("proposer", "left"), ("speedup", "right"), ("min-max", "right"),
                       ("gen", "right"), ("ceiling", "right"), ("tok/s", "right"), ("alone", "right"),
                       ("ttft", "right"), ("accept", "right"), ("mean", "right"), ("per-pos", "left"),
-                      ("draft/verify/other", "right"), ("agree", "center")):
+                      ("draft/verify/other", "right"), ("by source", "left"), ("agree", "center")):
         table.add_column(col, justify=just)
     for s in result["sets"]:
         sp = s["speedup_e2e_median"]
@@ -179,8 +181,17 @@ def bench_table(result: dict) -> Table:
                       f"{s['tokens_per_s']:.1f}", f"{s['baseline_tokens_per_s']:.1f}",
                       f"{s['ttft_s']:.2f}s", f"{s['acceptance_rate']:.0%}", f"{s['mean_accepted']:.2f}",
                       position_bars(s["per_position"]),
-                      f"{s['draft_share']:.0%}/{s['verify_share']:.0%}/{s['overhead_share']:.1%}", agree)
+                      f"{s['draft_share']:.0%}/{s['verify_share']:.0%}/{s['overhead_share']:.1%}",
+                      source_cell(s.get("by_source", {})), agree)
     return table
+
+
+def source_cell(by_source: dict) -> str:
+    """origin acceptance mean-accepted, by share of drafting steps."""
+    total = sum(v["steps"] for v in by_source.values()) or 1
+    return " ".join(f"{o} {v['acceptance']:.0%}/{v['mean_accepted']:.1f}"
+                    for o, v in sorted(by_source.items(), key=lambda kv: -kv[1]["steps"])
+                    if v["steps"] / total >= 0.02)
 
 
 def summary_line(stats: Stats, proposer: str, finish: str | None) -> str:
