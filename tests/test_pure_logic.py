@@ -88,9 +88,9 @@ def test_after_a_wholly_accepted_draft_the_copy_goes_on_in_the_originals_order()
     assert first.tokens == [52, 53, 54]
     ctx = prompt + first.tokens + [55]  # all accepted, and the bonus token is the original's next
     (run, *_) = lk.candidates(ctx)
-    assert run.source == "prompt-run" and lk.draft(ctx, run, 3).tokens == [56, 57, 58]
+    assert run.source == "prompt-run4" and lk.draft(ctx, run, 3).tokens == [56, 57, 58]
     other = prompt + first.tokens + [99]  # the bonus parted from the original: a fresh lookup
-    assert all(not c.source.endswith("-run") for c in lk.candidates(other))
+    assert all("-run" not in c.source for c in lk.candidates(other))
 
 
 def test_the_index_update_reads_a_bounded_number_of_entries():
@@ -118,3 +118,19 @@ def test_stop_matcher_releases_false_alarm():
 def test_stop_matcher_without_stops_passes_through():
     m = StopMatcher([])
     assert m.feed("abc") == ("abc", False)
+
+
+def test_an_edit_made_once_is_drafted_the_next_time_the_copy_meets_it():
+    """A rename: the output inserts 50 after "1 2 3 4" where the code had it;
+    the copy remembers and drafts the second occurrence renamed."""
+    code = [5, 6, 1, 2, 3, 4, 10, 11, 12, 20, 21, 22, 1, 2, 3, 4, 10, 13, 12, 30]
+    prompt = code + [99, 5, 6]
+    lk = Lookup()
+    lk.prepare(prompt)
+    first = propose(lk, prompt, 4)
+    assert first.tokens == [1, 2, 3, 4]
+    ctx = prompt + [1, 2, 3, 4, 50]            # accepted, then the target inserted 50
+    assert all("-run" not in c.source for c in lk.candidates(ctx))  # off the copy
+    ctx = ctx + [10]                          # ... and came back to the code
+    (run,) = [c for c in lk.candidates(ctx) if c.source.startswith("prompt-run")]
+    assert lk.draft(ctx, run, 12).tokens == [11, 12, 20, 21, 22, 1, 2, 3, 4, 50, 10, 13]

@@ -140,15 +140,14 @@ class Acceptance:
 # (bench's ceiling) drafts what the target alone wrote
 PRIORS = {"draft": 0.8, "oracle": 1.0}
 # a lookup's prior by how long its match was (suffix.bucket), whatever it
-# matched in (prompt, output, earlier outputs); a continued copy: 0.9
+# matched in (prompt, output, earlier outputs), or how long the output has
+# followed a copy ("prompt-run8")
 LOOKUP_PRIORS = {1: 0.2, 2: 0.4, 3: 0.6, 4: 0.8, 8: 0.9, 16: 0.95}
 
 
 def prior(source: str) -> float:
     if source in PRIORS:
         return PRIORS[source]
-    if source.endswith("-run"):
-        return 0.9
     digits = source[len(source.rstrip("0123456789")):]
     return LOOKUP_PRIORS.get(int(digits), 0.7) if digits else 0.7
 

@@ -17,12 +17,15 @@ draft: every draft is verified.)
   stops where that child's share of its parent's count falls below
   `threshold` (the continuation became uncertain);
 - the longest match sizes the offer: at most ALPHA x its length;
-- after a draft that was wholly accepted whose bonus token is the
-  original's next one, it keeps copying from there without a new lookup
-  (edits keep the original's order);
+- a lookup draft starts a `Copy` of the place it matched: while the
+  output follows it, the copy drafts on in the original's order without
+  new lookups ("prompt-run"); where the output departs from it and comes
+  back, the change is remembered and applied the next time the copy
+  meets the same tokens (an edit keeps the original's order, and a rename
+  is drafted right after its first occurrence);
 - sources say where the match was and how long, so the policy learns
   each one's acceptance apart: "prompt4", "output8", "hist16", and
-  "prompt-run" for a continued copy.
+  "prompt-run8" for a copy the output has followed for 8-15 tokens.
 """
 
 from __future__ import annotations
@@ -208,16 +211,89 @@ class Store:
                 return
 
 
+EDIT_KEY = 4   # source tokens before an edit that say where it applies again
+RESYNC = 16    # how far past the divergence the source may resume
+LOST = 48      # output tokens without a resync before a copy is given up
+MAX_COPIES = 4
+
+
+class Copy:
+    """Where the output stands in a source it copies (the prompt it edits,
+    an earlier answer it repeats), and what it changed.
+
+    Aligned, the next output token is expected to be `src[pos]`.  When the
+    output writes something else, the copy has diverged at that source
+    position; it resumes where the output writes `src[div_pos]` again (an
+    insertion), or two tokens that follow each other in the source up to
+    RESYNC tokens on (a deletion or a substitution).  The edit -- the source
+    tokens skipped, replaced by what the output wrote instead -- is kept in
+    `edits` under the EDIT_KEY source tokens before it, and the copy applies
+    it wherever it meets those tokens again: a rename made once is drafted
+    right every next time."""
+
+    def __init__(self, index: SuffixIndex, origin: str, pos: int, seen: int, edits: dict, matched: int):
+        self.index, self.origin, self.edits = index, origin, edits
+        self.pos, self.seen = pos, seen
+        self.aligned, self.lost = True, False
+        self.div_pos = self.div_start = 0
+        self.matched = matched  # tokens the output has followed the source for: sizes the offer
+        self._before = 0        # ... before it diverged
+
+    def feed(self, context: Sequence[int]) -> None:
+        """Follow the output written since the last call."""
+        src = self.index.tokens
+        for j in range(self.seen, len(context)):
+            t = context[j]
+            if self.aligned:
+                if self.pos < len(src) and src[self.pos] == t:
+                    self.pos += 1
+                    self.matched += 1
+                    continue
+                self.aligned, self.div_pos, self.div_start = False, self.pos, j
+                self._before, self.matched = self.matched, 0
+            for q in range(self.div_pos, min(len(src), self.div_pos + RESYNC)):
+                if src[q] == SEPARATOR:
+                    break
+                if src[q] == t and (q == self.div_pos or (j > self.div_start and context[j - 1] == src[q - 1])):
+                    if self.div_pos >= EDIT_KEY:
+                        key = tuple(src[self.div_pos - EDIT_KEY:self.div_pos])
+                        self.edits[key] = (tuple(context[self.div_start:j]), q - self.div_pos)
+                    self.pos, self.aligned = q + 1, True
+                    # an edit inside a long copy: the copy is as good as before it
+                    self.matched = min(self._before, 8) + 1 if q == self.div_pos else 2
+                    break
+            else:
+                if j - self.div_start > LOST:
+                    self.lost = True
+        self.seen = len(context)
+
+    def draft(self, k: int) -> list[int]:
+        """Up to k tokens copied on from here, known edits applied."""
+        src, out, p, spliced = self.index.tokens, [], self.pos, -1
+        while len(out) < k and p < len(src) and src[p] != SEPARATOR:
+            edit = self.edits.get(tuple(src[p - EDIT_KEY:p])) if p >= EDIT_KEY and p != spliced else None
+            if edit is not None:
+                replacement, skip = edit
+                out.extend(replacement)
+                p, spliced = p + skip, p + skip
+                continue
+            out.append(src[p])
+            p += 1
+        return out[:k]
+
+
 @dataclass
 class _Offer:
     index: SuffixIndex
     origin: str          # "prompt" | "output" | "hist"
-    copy_from: int = -1  # a continued copy: the position to copy from
+    run: bool = False    # the copy (Copy) drafts, not a lookup
 
 
 class Lookup:
     """The free proposer: the suffix index over this generation's context
-    (prompt and output) and, given one, a `Store` of earlier outputs."""
+    (prompt and output) and, given one, a `Store` of earlier outputs.  A
+    lookup draft starts a `Copy`; while the output follows it, the copy
+    drafts ("prompt-run"), its known edits applied."""
 
     name = "ngram"
     cost_prior: dict[str, float] = {}
@@ -228,14 +304,15 @@ class Lookup:
         self.index = SuffixIndex(depth)
         self._prompt_len = 0
         self._offers: dict[str, _Offer] = {}
-        # the last draft: (context length, tokens, offer, where its copy stands)
-        self._last: tuple[int, list[int], _Offer, int] | None = None
+        self.copies: list[Copy] = []   # followed now, or waiting to resume after an edit
+        self.copy: Copy | None = None  # the one that drafts this step
+        self.edits: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}
         self.shares: list[float] = []  # the last draft's shares (the hybrid reads them)
 
     def prepare(self, prompt: Sequence[int]) -> None:
         self._prompt_len = len(prompt)
         self._sync(prompt)
-        self._last = None
+        self.copy, self.copies, self.edits = None, [], {}
 
     def _sync(self, context: Sequence[int]) -> None:
         """Keep the index equal to the context; the usual step only appends.
@@ -244,6 +321,7 @@ class Lookup:
         if n > len(context) or (n and context[n - 1] != self.index.tokens[n - 1]):
             from ..llama.backend import common_prefix
             self.index.truncate(common_prefix(self.index.tokens, context))
+            self.copy, self.copies = None, []
         self.index.extend(context[len(self.index):])
 
     def _origin(self, pos: int) -> str:
@@ -255,13 +333,18 @@ class Lookup:
         self._sync(context)
         self._offers = {}
         out = []
-        run = self._continued(context)
-        if run is not None:
-            offer, pos, tokens = run
-            source = f"{offer.origin}-run"
-            self._offers[source] = _Offer(offer.index, offer.origin, pos)
-            out.append(Candidate(source, len(tokens) - pos))
-        sources = [(self.index, None)] + ([(self.store.index, "hist")] if self.store is not None else [])
+        for c in self.copies:
+            c.feed(context)
+        self.copies = [c for c in self.copies if not c.lost][-MAX_COPIES:]
+        running = [c for c in self.copies if c.aligned and c.pos < len(c.index.tokens)]
+        self.copy = max(running, key=lambda c: c.matched) if running else None
+        if self.copy is not None:
+            # how long the output has followed the copy says how far it will: learned apart
+            source = f"{self.copy.origin}-run{bucket(self.copy.matched)}"
+            self._offers[source] = _Offer(self.copy.index, self.copy.origin, run=True)
+            out.append(Candidate(source, max(1, math.ceil(self.alpha * self.copy.matched))))
+        sources = ([] if self.copy else [(self.index, None)]) + (
+            [(self.store.index, "hist")] if self.store is not None else [])
         for index, origin in sources:
             n, key = index.match(context)
             if n == 0:
@@ -272,27 +355,11 @@ class Lookup:
             out.append(Candidate(source, max(1, math.ceil(self.alpha * n))))
         return out
 
-    def _continued(self, context: Sequence[int]):
-        """After a wholly accepted draft whose bonus token is the original's
-        next: copy on from there."""
-        if self._last is None:
-            return None
-        length, draft, offer, pos = self._last
-        tokens = offer.index.tokens
-        if (pos < 0 or len(context) != length + len(draft) + 1 or pos + 1 >= len(tokens)
-                or context[-1] != tokens[pos] or list(context[length:length + len(draft)]) != draft):
-            return None
-        return offer, pos + 1, tokens
-
     def draft(self, context, cand, k, keep_going=None) -> Proposal:
         offer = self._offers[cand.source]
-        if offer.copy_from >= 0:
-            toks = offer.index.tokens
-            end = offer.copy_from
-            while end < min(len(toks), offer.copy_from + k) and toks[end] != SEPARATOR:
-                end += 1
-            tokens = list(toks[offer.copy_from:end])
-            self.shares, where = [1.0] * len(tokens), list(range(offer.copy_from + 1, end + 1))
+        if offer.run:
+            tokens = self.copy.draft(k)
+            self.shares = [1.0] * len(tokens)
         else:
             tokens, self.shares, where = offer.index.follow(context, k, self.threshold)
             if keep_going is not None:
@@ -300,10 +367,11 @@ class Lookup:
                     if not keep_going(self.shares[:i]):
                         del tokens[i:], self.shares[i:], where[i:]
                         break
-        if not tokens:
-            self._last = None
-            return EMPTY
-        self._last = (len(context), tokens, offer, where[-1])
-        if offer.origin == "hist" and self.store is not None and where[-1] > 0:
-            self.store.touch(where[-1] - 1)
-        return Proposal(tokens, None, cand.source)
+            # a lookup that copies its match's latest occurrence starts a copy there
+            # (beside those that wait to resume after an edit)
+            if tokens and where[0] > 0:
+                self.copies.append(Copy(offer.index, offer.origin, where[0] - 1, len(context), self.edits,
+                                        offer.index.match(context)[0]))
+            if tokens and offer.origin == "hist" and self.store is not None and where[0] > 0:
+                self.store.touch(where[0] - 1)
+        return Proposal(tokens, None, cand.source) if tokens else EMPTY
