@@ -37,7 +37,7 @@ class ServeConfig:
     queue: int = 16            # requests waiting behind the running one
     draft_max: int = 16
     adaptive: bool = True
-    history_tokens: int = 1 << 16
+    store_tokens: int = 1 << 16   # earlier outputs kept for the lookup (suffix.Store)
 
 
 class Job:
@@ -59,7 +59,7 @@ class Job:
 class Worker:
     def __init__(self, pair: Pair, cfg: ServeConfig):
         self.pair, self.cfg = pair, cfg
-        self.store = Store(max_tokens=cfg.history_tokens)
+        self.store = Store(max_tokens=cfg.store_tokens)
         self._jobs: collections.deque[Job] = collections.deque()
         self._cv = threading.Condition()
         self._closed = False
