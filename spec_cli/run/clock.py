@@ -102,9 +102,9 @@ def shipped() -> list[str]:
     return sorted(p.stem for p in CLOCKS.glob("*.toml"))
 
 
-def read_profile(spec: str) -> tuple[Path, dict]:
-    """A shipped profile's name, or a TOML path: its file and its fields
-    (checked before any model is loaded)."""
+def read_profile(spec: str) -> tuple[str, dict | None]:
+    """A shipped profile's name, or a TOML path: its name and its checked
+    costs, None for a measured profile (checked before any model loads)."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -122,18 +122,21 @@ def read_profile(spec: str) -> tuple[Path, dict]:
         raise SpecError(f"cannot read clock profile {path}: {e.strerror}") from e
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"clock profile {path} is not valid TOML: {e}") from e
-    if not data.get("measured"):
-        missing = [k for k in KEYS if k not in data]
-        if missing:
-            raise SpecError(f"clock profile {path} lacks {', '.join(missing)}",
-                            hint="See spec_cli/data/clocks/gpu-70b.toml for the fields.")
-        try:
-            values = {k: float(data[k]) for k in KEYS}
-        except (TypeError, ValueError):
-            raise SpecError(f"clock profile {path}: {', '.join(KEYS)} must be numbers") from None
-        if values["c1_ms"] <= 0 or min(values.values()) < 0 or values["knee"] < 1:
-            raise SpecError(f"clock profile {path}: costs must be positive and knee at least 1")
-    return path, data
+    name = str(data.get("name", path.stem))
+    if data.get("measured"):
+        return name, None
+    missing = [k for k in KEYS if k not in data]
+    if missing:
+        raise SpecError(f"clock profile {path} lacks {', '.join(missing)}",
+                        hint="See spec_cli/data/clocks/gpu-70b.toml for the fields.")
+    try:
+        values = {k: float(data[k]) for k in KEYS}
+    except (TypeError, ValueError):
+        raise SpecError(f"clock profile {path}: {', '.join(KEYS)} must be numbers") from None
+    if values["c1_ms"] <= 0 or min(values.values()) < 0 or values["knee"] < 1:
+        raise SpecError(f"clock profile {path}: costs must be positive and knee at least 1")
+    values["knee"] = int(values["knee"])
+    return name, values
 
 
 KEYS = ("c1_ms", "slope", "knee", "slope_after", "prefill_ms_per_token", "draft_ratio")
@@ -141,13 +144,10 @@ KEYS = ("c1_ms", "slope", "knee", "slope_after", "prefill_ms_per_token", "draft_
 
 def load_clock(spec: str, pair=None) -> Clock:
     """The clock a profile describes; `measured` reads the pair's probed curves."""
-    path, data = read_profile(spec)
-    name = str(data.get("name", path.stem))
-    if data.get("measured"):
-        if pair is None:
-            raise SpecError("the measured clock needs the loaded models")
-        from ..llama.probe import ensure
-        return Clock.from_curves(name, ensure(pair.target), ensure(pair.draft) if pair.draft else None)
-    values = {k: float(data[k]) for k in KEYS}
-    values["knee"] = int(values["knee"])
-    return Clock.parametric(name, **values)
+    name, values = read_profile(spec)
+    if values is not None:
+        return Clock.parametric(name, **values)
+    if pair is None:
+        raise SpecError("the measured clock needs the loaded models")
+    from ..llama.probe import ensure
+    return Clock.from_curves(name, ensure(pair.target), ensure(pair.draft) if pair.draft else None)

@@ -171,13 +171,7 @@ class Store:
             start = self._keys[doc]
             self._entries[start] = (self._entries[start][0], self._clock)
             return
-        if self.index.tokens:
-            self.index.extend([SEPARATOR])
-        start = len(self.index)
-        self.index.extend(doc)
-        self._entries[start] = (len(self.index), self._clock)
-        self._keys[doc] = start
-        self.tokens += len(doc)
+        self._append(doc, self._clock)
         while self.tokens > self.max_tokens and len(self._entries) > 1:
             old = min(self._entries, key=lambda s: self._entries[s][1])
             end, _ = self._entries.pop(old)
@@ -194,13 +188,17 @@ class Store:
         self.index = SuffixIndex(self.index.depth)
         self._entries, self._keys, self.tokens = {}, {}, 0
         for doc, used in docs:
-            if self.index.tokens:
-                self.index.extend([SEPARATOR])
-            start = len(self.index)
-            self.index.extend(doc)
-            self._entries[start] = (len(self.index), used)
-            self._keys[doc] = start
-            self.tokens += len(doc)
+            self._append(doc, used)
+
+    def _append(self, doc: tuple[int, ...], used: int) -> None:
+        """Index an entry after the others (a separator between them)."""
+        if self.index.tokens:
+            self.index.extend([SEPARATOR])
+        start = len(self.index)
+        self.index.extend(doc)
+        self._entries[start] = (len(self.index), used)
+        self._keys[doc] = start
+        self.tokens += len(doc)
 
     def touch(self, pos: int) -> None:
         """The entry holding position `pos` was drafted from."""
@@ -287,6 +285,7 @@ class _Offer:
     index: SuffixIndex
     origin: str          # "prompt" | "output" | "hist"
     run: bool = False    # the copy (Copy) drafts, not a lookup
+    matched: int = 0     # a lookup's match length
 
 
 class Lookup:
@@ -351,7 +350,7 @@ class Lookup:
                 continue
             origin = origin or self._origin(index.last[key])
             source = f"{origin}{bucket(n)}"
-            self._offers[source] = _Offer(index, origin)
+            self._offers[source] = _Offer(index, origin, matched=n)
             out.append(Candidate(source, max(1, math.ceil(self.alpha * n))))
         return out
 
@@ -371,7 +370,7 @@ class Lookup:
             # (beside those that wait to resume after an edit)
             if tokens and where[0] > 0:
                 self.copies.append(Copy(offer.index, offer.origin, where[0] - 1, len(context), self.edits,
-                                        offer.index.match(context)[0]))
+                                        offer.matched))
             if tokens and offer.origin == "hist" and self.store is not None and where[0] > 0:
                 self.store.touch(where[0] - 1)
         return Proposal(tokens, None, cand.source) if tokens else EMPTY

@@ -78,22 +78,23 @@ def _number(body: dict, name: str, default, *, lo: float | None = None, hi: floa
     return int(value) if integer else float(value)
 
 
-def _string(body: dict, name: str, default: str = "") -> str:
+def _typed(body: dict, name: str, default, kind: type, wrong):
+    """body[name] if it is a `kind`, `default` if absent; else 400 with
+    `wrong(value)` saying what it must be."""
     value = body.get(name)
     if value is None:
         return default
-    if not isinstance(value, str):
-        raise bad(name, f"must be a string, not {type(value).__name__}")
+    if not isinstance(value, kind):
+        raise bad(name, wrong(value))
     return value
+
+
+def _string(body: dict, name: str, default: str = "") -> str:
+    return _typed(body, name, default, str, lambda v: f"must be a string, not {type(v).__name__}")
 
 
 def _bool(body: dict, name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise bad(name, f"must be true or false, not {value!r}")
-    return value
+    return _typed(body, name, default, bool, lambda v: f"must be true or false, not {v!r}")
 
 
 def _stops(body: dict) -> tuple[str, ...]:
