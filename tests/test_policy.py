@@ -149,3 +149,47 @@ def test_catch_up_is_charged_against_what_drafting_would_save():
     assert policy.plan("draft", 8, setup_s=0.1) > 0     # saves far more than 0.1 s over 200 tokens
     policy.horizon = 3
     assert policy.plan("draft", 8, setup_s=0.1) == 0    # three tokens to go: not worth the catch-up
+
+
+# c(n) probed for Qwen2.5-Coder 1.5B Q4_K_M with llama.cpp's defaults on this project's CPU
+CPU_FAST = {1: 0.0259, 2: 0.0443, 3: 0.0562, 4: 0.0712, 6: 0.1005, 8: 0.1196, 12: 0.1454, 17: 0.1667}
+
+
+def test_lookup_priors_rise_once_the_first_token_holds_and_doubt_what_is_less_sure():
+    from spec_cli.core.policy import prior
+
+    unique, multi, output, run = (prior(s, 8) for s in ("prompt4", "prompt-multi4", "output4", "prompt-run8"))
+    assert unique[0] < unique[4]                  # a copy that started goes on
+    assert multi[0] < unique[0]                   # a context seen often, its most frequent continuation
+    assert all(o < u for o, u in zip(output, unique))   # the output repeats itself less surely
+    assert min(run) == run[0] > unique[0]         # a copy followed for 8 tokens
+    assert prior("prompt1", 8)[0] < prior("prompt2", 8)[0] < prior("prompt16", 8)[0]
+    assert prior("draft", 3) == [0.8] * 3
+
+
+def test_what_one_match_length_teaches_moves_the_others_of_its_origin():
+    """A text that copies its prompt shows it on one match length; the
+    others of the same origin believe it too, other origins do not."""
+    policy = Policy(CostModel.from_timings(CPU_FAST, 17), k_max=16)
+    assert policy.plan("prompt2", 16) == 0        # a 2-token match alone: not worth a batch here
+    for _ in range(4):
+        policy.observe("prompt4", drafted=8, accepted=8, draft_s=0.0, verify_s=0.12)
+    assert policy.plan("prompt2", 16) > 0
+    assert policy.chances("output2") == prior_of(policy, "output2")
+    assert policy.chances("draft") == prior_of(policy, "draft")
+    for _ in range(12):                           # ... and a text that does not, the other way
+        policy.observe("prompt4", drafted=4, accepted=0, draft_s=0.0, verify_s=0.07)
+    assert policy.chances("prompt8")[0] < prior_of(policy, "prompt8")[0]
+
+
+def prior_of(policy, source):
+    from spec_cli.core.policy import prior
+    return prior(source, policy.k_max)
+
+
+def test_the_safeguard_judges_copies_apart_from_fresh_lookups():
+    policy = Policy(CostModel.from_timings({1: 0.05, 17: 0.05}, 9), k_max=8, plain_every=4)
+    policy.cost.observe_verify = lambda n, s: None  # a cost model that cannot learn
+    simulate(policy, quiet, steps=200, accept=0.3, source="prompt4")
+    assert "prompt" in policy.stopped and "prompt-run" not in policy.stopped
+    assert policy.plan("prompt-run8", 8) > 0

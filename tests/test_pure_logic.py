@@ -134,3 +134,47 @@ def test_an_edit_made_once_is_drafted_the_next_time_the_copy_meets_it():
     ctx = ctx + [10]                          # ... and came back to the code
     (run,) = [c for c in lk.candidates(ctx) if c.source.startswith("prompt-run")]
     assert lk.draft(ctx, run, 12).tokens == [11, 12, 20, 21, 22, 1, 2, 3, 4, 50, 10, 13]
+
+
+def test_an_edit_made_before_any_copy_followed_is_found_and_replayed():
+    """The output renamed (inserted 50 after "3 4") in plain steps, before
+    anything drafted; the first lookup draft after it finds the edit behind
+    its match, and the copy drafts the next occurrence renamed."""
+    code = [5, 6, 1, 2, 3, 4, 10, 11, 12, 20, 21, 22, 1, 2, 3, 4, 10, 13, 12, 30]
+    prompt = code + [99]
+    lk = Lookup()
+    lk.prepare(prompt)
+    ctx = prompt + [5, 6, 1, 2, 3, 4, 50, 10, 11]   # written one by one, no draft
+    first = propose(lk, ctx, 2)
+    assert first.tokens == [12, 20]
+    ctx = ctx + [12, 20, 21]                         # accepted, and the bonus follows the copy
+    (run,) = [c for c in lk.candidates(ctx) if c.source.startswith("prompt-run")]
+    assert lk.draft(ctx, run, 8).tokens == [22, 1, 2, 3, 4, 50, 10, 13]
+
+
+def test_an_edit_the_output_does_not_make_again_is_forgotten():
+    """Inserted once after "3 4"; at the next "3 4" the output keeps the
+    original, so the third is drafted as the original too."""
+    code = [1, 2, 3, 4, 10, 11, 12, 7, 2, 3, 4, 10, 13, 14, 8, 3, 4, 10, 15, 16]
+    prompt = code + [99, 1, 2]
+    lk = Lookup()
+    lk.prepare(prompt)
+    assert propose(lk, prompt, 2).tokens == [3, 4]
+    ctx = prompt + [3, 4, 50, 10]                    # the edit: 50 inserted
+    ctx = ctx + [11, 12, 7, 2, 3, 4]
+    (run,) = [c for c in lk.candidates(ctx) if c.source.startswith("prompt-run")]
+    assert lk.draft(ctx, run, 2).tokens == [50, 10]  # replayed where "3 4" comes again
+    ctx = ctx + [10, 13, 14, 8, 3, 4]                # ... but the output kept the original
+    (run,) = [c for c in lk.candidates(ctx) if c.source.startswith("prompt-run")]
+    assert lk.draft(ctx, run, 3).tokens == [10, 15, 16]
+
+
+def test_a_context_seen_more_than_once_is_a_source_of_its_own():
+    lk = Lookup()
+    ctx = [1, 2, 3, 1, 2, 4, 9, 1, 2]
+    lk.prepare(ctx)
+    assert [c.source for c in lk.candidates(ctx)] == ["prompt-multi2"]
+    lk2 = Lookup()
+    ctx2 = [1, 2, 3, 9, 1, 2]
+    lk2.prepare(ctx2)
+    assert [c.source for c in lk2.candidates(ctx2)] == ["prompt2"]

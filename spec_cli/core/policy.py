@@ -21,12 +21,19 @@ turns off when it does not pay and back on when it would:
     once, against the time it would save over the tokens still to come;
   * a_j follows the acceptance seen at each draft position, per proposer;
     a draft model's own confidence (its top probability) refines it token
-    by token, so a draft stops early where it is unsure.
+    by token, so a draft stops early where it is unsure.  A lookup's
+    sources (suffix.py: where it matched, how long, a copy or not) start
+    from priors by position -- a first token is the doubtful one; once it
+    holds, a copy mostly goes on -- and what any of them sees moves all the
+    sources of the same origin a little (a log-odds shift): a text that
+    copies its prompt shows it on short matches as on long ones.
 
 Beside the model, a safeguard that believes only the clock: the realised
 tokens per second of each proposer's drafting steps against plain steps,
 over a recent window.  When drafting is losing it stops, whatever the model
-predicts, and comes back only through probes that show it winning.
+predicts, and comes back only through probes that show it winning.  It
+judges each kind of lookup apart (fresh matches, copies, contexts seen
+often), so short guesses that lose do not stop copies that win.
 
 While drafting is off, a short draft now and then (after `probe_every` steps,
 then twice as long after each look that changes nothing) keeps the
@@ -36,8 +43,9 @@ not pay, as for a draft model nearly as slow as its target.
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .stats import origin
 
@@ -120,38 +128,67 @@ class CostModel:
 
 @dataclass
 class Acceptance:
-    """Per-position acceptance chances of one proposer, learned online."""
+    """Per-position acceptance chances of one proposer, learned online from
+    its prior (`prior`)."""
 
-    prior: float
-    n_max: int
-    rates: list[float] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.rates:
-            self.rates = [self.prior] * self.n_max
+    rates: list[float]
 
     def observe(self, drafted: int, accepted: int) -> None:
-        for i in range(min(drafted, self.n_max)):
+        for i in range(min(drafted, len(self.rates))):
             if i > accepted:  # never reached: an earlier token was rejected
                 break
             hit = 1.0 if i < accepted else 0.0
             self.rates[i] += EMA * (hit - self.rates[i])
 
 
-# acceptance before anything is seen; n-gram matches by length; the oracle
-# (bench's ceiling) drafts what the target alone wrote
+# acceptance before anything is seen: the draft model's, the oracle's
+# (bench's ceiling: it drafts what the target alone wrote)
 PRIORS = {"draft": 0.8, "oracle": 1.0}
-# a lookup's prior by how long its match was (suffix.bucket), whatever it
-# matched in (prompt, output, earlier outputs), or how long the output has
-# followed a copy ("prompt-run8")
-LOOKUP_PRIORS = {1: 0.2, 2: 0.4, 3: 0.6, 4: 0.8, 8: 0.9, 16: 0.95}
+# A lookup's first token, by how long its match was (suffix.bucket): a
+# context seen once with one continuation ("prompt4"), one seen more often
+# whose most frequent continuation drafts ("prompt-multi4"), or a copy the
+# output has followed for that many tokens ("prompt-run4").  Once a first
+# token holds, the copy mostly goes on: later tokens start from LATER.
+FIRST = {"": {1: 0.35, 2: 0.5, 3: 0.65, 4: 0.75, 8: 0.95, 16: 0.98},
+         "multi": {1: 0.12, 2: 0.3, 3: 0.6, 4: 0.7, 8: 0.9, 16: 0.95},
+         "run": {1: 0.5, 2: 0.65, 3: 0.8, 4: 0.85, 8: 0.88, 16: 0.97}}
+LATER = (0.75, 0.82, 0.82, 0.92)   # tokens 2, 3, 4, and 5 on
+OUTPUT = 0.6   # the output repeats itself less surely than it copies its prompt
 
 
-def prior(source: str) -> float:
+SHIFT_RATE = 0.3   # log-odds per surprise: how fast a text's copiability is learned
+SHIFT_MAX = 2.0
+
+
+def _group(source: str) -> str:
+    """What the safeguard judges as one: "prompt8" and "prompt4" alike, but
+    apart from "prompt-run8" (a copy the output follows) and "prompt-multi2"."""
+    return source.rstrip("0123456789")
+
+
+def _lookup(source: str) -> bool:
+    return source[-1:].isdigit()
+
+
+def _shifted(p: float, shift: float) -> float:
+    p = min(max(p, 1e-4), 1 - 1e-4)
+    return 1.0 / (1.0 + math.exp(-(math.log(p / (1 - p)) + shift)))
+
+
+def prior(source: str, n: int) -> list[float]:
+    """Acceptance chances for draft positions 1..n before anything is seen."""
     if source in PRIORS:
-        return PRIORS[source]
+        return [PRIORS[source]] * n
     digits = source[len(source.rstrip("0123456789")):]
-    return LOOKUP_PRIORS.get(int(digits), 0.7) if digits else 0.7
+    if not digits:
+        return [0.7] * n
+    where, _, kind = source[:-len(digits)].partition("-")
+    first = FIRST.get(kind, FIRST[""]).get(int(digits), 0.7)
+    later = [LATER[min(i, len(LATER) - 1)] for i in range(n - 1)]
+    if kind == "run":
+        later = [max(first, x) for x in later]
+    rates = [first] + later
+    return [r * OUTPUT if where == "output" else r for r in rates][:n]
 
 
 WINDOW = 32      # drafting steps per proposer kept by the safeguard
@@ -193,11 +230,19 @@ class Policy:
         self._steps: dict[str, deque] = {}      # group -> (tokens, seconds) of drafting steps
         self._plain: deque = deque(maxlen=PLAIN_WINDOW)
         self.stopped: set[str] = set()          # groups the safeguard has stopped
+        self._shift: dict[str, float] = {}      # origin -> log-odds shift of its lookup sources
 
     def _acc(self, proposer: str) -> Acceptance:
         if proposer not in self.accept:
-            self.accept[proposer] = Acceptance(prior=prior(proposer), n_max=self.k_max)
+            self.accept[proposer] = Acceptance(prior(proposer, self.k_max))
         return self.accept[proposer]
+
+    def chances(self, source: str) -> list[float]:
+        """Per-position acceptance chances of `source` now: its own learned
+        rates, moved by what its origin's other sources taught."""
+        rates = self._acc(source).rates
+        shift = self._shift.get(origin(source), 0.0) if _lookup(source) else 0.0
+        return [_shifted(r, shift) for r in rates] if shift else rates
 
     def _saves(self, rates: list[float], d: float, setup_s: float) -> bool:
         """Does drafting len(rates) tokens a step beat the target alone over
@@ -223,10 +268,10 @@ class Policy:
         best, best_rate = None, 1.0 / self.cost.c(1)
         for cand in candidates:
             n = min(limit, cand.limit, self.k_max)
-            if n <= 0 or origin(cand.source) in self.stopped:
+            if n <= 0 or _group(cand.source) in self.stopped:
                 continue
             d = self.draft_s.get(cand.source, 0.0)
-            rates = self._acc(cand.source).rates
+            rates = self.chances(cand.source)
             k = self._best(rates, d, n)
             if k > 0 and self._saves(rates[:k], d, cand.setup_s) and self.cost.rate(rates[:k], d) > best_rate:
                 best, best_rate = (cand, k), self.cost.rate(rates[:k], d)
@@ -281,7 +326,7 @@ class Policy:
         if k >= self.k_max:
             return False
         d = self.draft_s.get(proposer, 0.0)
-        nxt = self._acc(proposer).rates[k]
+        nxt = self.chances(proposer)[k]
         return self.cost.rate(chain + [nxt], d) > self.cost.rate(chain, d)
 
     def observe(self, proposer: str, *, drafted: int, accepted: int, draft_s: float,
@@ -290,14 +335,26 @@ class Policy:
         if not drafted:
             self._plain.append((1, verify_s))
             return
+        if _lookup(proposer):
+            self._learn_shift(proposer, drafted, accepted)
         self._acc(proposer).observe(drafted, accepted)
         old = self.draft_s.get(proposer)
         per = draft_s / drafted
         self.draft_s[proposer] = per if old is None else old + EMA * (per - old)
-        g = origin(proposer)  # the safeguard judges each lookup as one proposer, whatever the match length
+        g = _group(proposer)  # the safeguard judges each kind of lookup as one, whatever the match length
         steps = self._steps.setdefault(g, deque(maxlen=WINDOW))
         steps.append((accepted + 1, draft_s + verify_s))
         self._judge(g, steps)
+
+    def _learn_shift(self, source: str, drafted: int, accepted: int) -> None:
+        """How far this text copies from where `source` matched, learned
+        from every match length at once: each token the draft reached moves
+        the origin's shift by its surprise (hit minus predicted chance)."""
+        g, chances = origin(source), self.chances(source)
+        shift = self._shift.get(g, 0.0)
+        for i in range(min(drafted, accepted + 1, len(chances))):
+            shift += SHIFT_RATE * ((1.0 if i < accepted else 0.0) - chances[i])
+        self._shift[g] = max(-SHIFT_MAX, min(SHIFT_MAX, shift))
 
     def _judge(self, g: str, steps: deque) -> None:
         """The safeguard: stop a proposer whose drafting steps realise fewer

@@ -22,10 +22,15 @@ draft: every draft is verified.)
   new lookups ("prompt-run"); where the output departs from it and comes
   back, the change is remembered and applied the next time the copy
   meets the same tokens (an edit keeps the original's order, and a rename
-  is drafted right after its first occurrence);
+  is drafted right after its first occurrence); an edit the output made
+  before any copy followed (the first line's rename) is found behind the
+  first lookup draft's match; an edit the output does not make again
+  where it applies is forgotten;
 - sources say where the match was and how long, so the policy learns
-  each one's acceptance apart: "prompt4", "output8", "hist16", and
-  "prompt-run8" for a copy the output has followed for 8-15 tokens.
+  each one's acceptance apart: "prompt4", "output8", "hist16";
+  "prompt-multi2" where the matched context occurred more than once (its
+  most frequent continuation drafts, less surely); "prompt-run8" for a
+  copy the output has followed for 8-15 tokens.
 """
 
 from __future__ import annotations
@@ -209,7 +214,9 @@ class Store:
                 return
 
 
-EDIT_KEY = 4   # source tokens before an edit that say where it applies again
+# source tokens before an edit that say where it applies again: the last 4,
+# and failing those the last 2 (a rename met after other tokens)
+EDIT_KEYS = (4, 2)
 RESYNC = 16    # how far past the divergence the source may resume
 LOST = 48      # output tokens without a resync before a copy is given up
 MAX_COPIES = 4
@@ -225,7 +232,7 @@ class Copy:
     insertion), or two tokens that follow each other in the source up to
     RESYNC tokens on (a deletion or a substitution).  The edit -- the source
     tokens skipped, replaced by what the output wrote instead -- is kept in
-    `edits` under the EDIT_KEY source tokens before it, and the copy applies
+    `edits` under the EDIT_KEYS source tokens before it, and the copy applies
     it wherever it meets those tokens again: a rename made once is drafted
     right every next time."""
 
@@ -244,6 +251,10 @@ class Copy:
             t = context[j]
             if self.aligned:
                 if self.pos < len(src) and src[self.pos] == t:
+                    for n in EDIT_KEYS:  # the output kept the original here: no edit to replay
+                        key = tuple(src[self.pos - n:self.pos])
+                        if self.pos >= n and key in self.edits and self.edits[key][0][:1] != (t,):
+                            del self.edits[key]
                     self.pos += 1
                     self.matched += 1
                     continue
@@ -253,9 +264,10 @@ class Copy:
                 if src[q] == SEPARATOR:
                     break
                 if src[q] == t and (q == self.div_pos or (j > self.div_start and context[j - 1] == src[q - 1])):
-                    if self.div_pos >= EDIT_KEY:
-                        key = tuple(src[self.div_pos - EDIT_KEY:self.div_pos])
-                        self.edits[key] = (tuple(context[self.div_start:j]), q - self.div_pos)
+                    for n in EDIT_KEYS:
+                        if self.div_pos >= n:
+                            key = tuple(src[self.div_pos - n:self.div_pos])
+                            self.edits[key] = (tuple(context[self.div_start:j]), q - self.div_pos)
                     self.pos, self.aligned = q + 1, True
                     # an edit inside a long copy: the copy is as good as before it
                     self.matched = min(self._before, 8) + 1 if q == self.div_pos else 2
@@ -265,19 +277,51 @@ class Copy:
                     self.lost = True
         self.seen = len(context)
 
+    def _edit_key(self, p: int) -> tuple[int, ...] | None:
+        """The key of the edit that applies at source position p: the longest
+        of EDIT_KEYS source tokens before it that has one."""
+        src = self.index.tokens
+        return next((key for n in EDIT_KEYS if p >= n and (key := tuple(src[p - n:p])) in self.edits), None)
+
     def draft(self, k: int) -> list[int]:
         """Up to k tokens copied on from here, known edits applied."""
         src, out, p, spliced = self.index.tokens, [], self.pos, -1
         while len(out) < k and p < len(src) and src[p] != SEPARATOR:
-            edit = self.edits.get(tuple(src[p - EDIT_KEY:p])) if p >= EDIT_KEY and p != spliced else None
-            if edit is not None:
-                replacement, skip = edit
+            key = self._edit_key(p) if p != spliced else None
+            if key is not None:
+                replacement, skip = self.edits[key]
                 out.extend(replacement)
                 p, spliced = p + skip, p + skip
                 continue
             out.append(src[p])
             p += 1
         return out[:k]
+
+
+BACK = 8   # how far before a match an edit that no copy saw is looked for
+
+
+def _edit_before(src: Sequence[int], i: int, out: Sequence[int], o: int, edits: dict) -> None:
+    """The output matched the source just after source position i and output
+    position o (exclusive ends) but not at them: an edit made before any copy
+    followed (a rename in the first line).  Find where they agreed before it
+    (two tokens alike, each side at most BACK tokens back) and keep the edit
+    as Copy.feed would have: the source tokens between, replaced by the
+    output's."""
+    best = None
+    for back_src in range(BACK + 1):
+        for back_out in range(BACK + 1):
+            a, b = i - back_src, o - back_out   # the last agreeing tokens would be src[a-1], out[b-1]
+            if a < 2 or b < 2 or (best is not None and back_src + back_out >= best[0]):
+                continue
+            if src[a - 1] == out[b - 1] and src[a - 2] == out[b - 2] and SEPARATOR not in src[a - 2:a]:
+                best = (back_src + back_out, a, b)
+    if best is None or best[0] == 0:
+        return
+    _, a, b = best
+    for n in EDIT_KEYS:
+        if a >= n:
+            edits.setdefault(tuple(src[a - n:a]), (tuple(out[b:o]), i - a))
 
 
 @dataclass
@@ -349,7 +393,8 @@ class Lookup:
             if n == 0:
                 continue
             origin = origin or self._origin(index.last[key])
-            source = f"{origin}{bucket(n)}"
+            seen = sum(index.next[key].values())  # how often the context occurred
+            source = f"{origin}{'' if seen == 1 else '-multi'}{bucket(n)}"
             self._offers[source] = _Offer(index, origin, matched=n)
             out.append(Candidate(source, max(1, math.ceil(self.alpha * n))))
         return out
@@ -371,6 +416,8 @@ class Lookup:
             if tokens and where[0] > 0:
                 self.copies.append(Copy(offer.index, offer.origin, where[0] - 1, len(context), self.edits,
                                         offer.matched))
+                _edit_before(offer.index.tokens, where[0] - 1 - offer.matched, context,
+                             len(context) - offer.matched, self.edits)
             if tokens and offer.origin == "hist" and self.store is not None and where[0] > 0:
                 self.store.touch(where[0] - 1)
         return Proposal(tokens, None, cand.source) if tokens else EMPTY
