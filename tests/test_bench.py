@@ -102,8 +102,8 @@ def test_prompt_files(tmp_path):
 def test_bench_runs_and_reports(smollm_path, spec_env):
     res = spec("bench", "--target", "smollm2-135m", "--draft", "smollm2-135m", "--ctx", "1024",
                "--prompts", str(PROMPTS), "--n-prompts", "2", "-n", "16",
-               "--proposer", "ngram", "--proposer", "draft@2", "--proposer", "oracle", "--deterministic",
-               "--json", env=spec_env)
+               "--proposer", "ngram", "--proposer", "draft@2", "--proposer", "oracle", "--proposer", "ngram-oracle",
+               "--deterministic", "--json", env=spec_env)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["machine"]["cores"] >= 1 and out["draft"] == "smollm2-135m"
@@ -111,7 +111,8 @@ def test_bench_runs_and_reports(smollm_path, spec_env):
     sets = {s["proposer"]: s for s in out["sets"]}
     assert all(s["agreement"] == 1.0 for s in sets.values())  # --deterministic: bit for bit
     assert sets["oracle"]["acceptance_rate"] == 1.0
-    assert set(sets) == {"ngram", "draft@2", "oracle"}
+    assert set(sets) == {"ngram", "draft@2", "oracle", "ngram-oracle"}
+    assert sets["ngram-oracle"]["acceptance_rate"] in (0.0, 1.0)  # the lookup's drafts, cut to what will be kept
     for s in sets.values():
         assert s["file"] == str(PROMPTS) and s["prompts"] == 2
         assert s["identical"] is True

@@ -178,3 +178,15 @@ def test_a_context_seen_more_than_once_is_a_source_of_its_own():
     ctx2 = [1, 2, 3, 9, 1, 2]
     lk2.prepare(ctx2)
     assert [c.source for c in lk2.candidates(ctx2)] == ["prompt2"]
+
+
+def test_the_timed_lookup_drafts_the_lookups_proposal_cut_to_the_reference():
+    from spec_cli.run.suffix import TimedLookup
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 99, 1, 2]
+    reference = [3, 4, 5, 9, 9]          # the lookup proposes 3 4 5 6; the target wrote 3 4 5, then 9
+    tl = TimedLookup(reference)
+    tl.prepare(prompt)
+    (cand,) = tl.candidates(prompt)
+    assert cand.source == "ngram-oracle" and cand.limit == 3
+    assert tl.draft(prompt, cand, 3).tokens == [3, 4, 5]
+    assert tl.candidates(prompt + [3, 4, 6]) == []   # parted from the reference: nothing to measure

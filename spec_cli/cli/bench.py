@@ -19,9 +19,10 @@ def bench(
                                                 "prompt); repeatable. Default: spec-cli's own small set.")] = [],
     target: Target = DEFAULT_TARGET, draft: Draft = None,
     proposer: Annotated[List[str], typer.Option(
-        "--proposer", help="Proposer to compare with the target alone; repeatable: hybrid, draft, ngram, or "
-                           "oracle (drafts what the target alone wrote: the ceiling). NAME@K drafts K tokens "
-                           "every step (no cost model).")] = ["hybrid"],
+        "--proposer", help="Proposer to compare with the target alone; repeatable: hybrid, draft, ngram, "
+                           "oracle (drafts what the target alone wrote: the ceiling), or ngram-oracle (the "
+                           "lookup's drafts cut to what the target alone wrote: the lookup with perfect "
+                           "timing). NAME@K drafts K tokens every step (no cost model).")] = ["hybrid"],
     sweep_draft_max: Annotated[Optional[str], typer.Option(
         "--sweep-draft-max", help="Also try each proposer at these fixed lengths, e.g. 1,2,3,4,6.")] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Tokens per generation.")] = 128,

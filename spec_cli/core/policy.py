@@ -141,9 +141,10 @@ class Acceptance:
             self.rates[i] += EMA * (hit - self.rates[i])
 
 
-# acceptance before anything is seen: the draft model's, the oracle's
-# (bench's ceiling: it drafts what the target alone wrote)
-PRIORS = {"draft": 0.8, "oracle": 1.0}
+# acceptance before anything is seen: the draft model's; bench's references
+# (the oracle drafts what the target alone wrote, the ngram-oracle the
+# lookup's drafts cut to what the target alone wrote)
+PRIORS = {"draft": 0.8, "oracle": 1.0, "ngram-oracle": 1.0}
 # A lookup's first token, by how long its match was (suffix.bucket): a
 # context seen once with one continuation ("prompt4"), one seen more often
 # whose most frequent continuation drafts ("prompt-multi4"), or a copy the

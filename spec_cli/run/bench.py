@@ -9,7 +9,11 @@ read the prompt) is the second figure.
 
 `oracle` drafts what the target alone wrote for the same prompt: perfect
 drafts at no cost, the most any proposer can gain here.  Each proposer's
-`ceiling_share` is its gain as a share of the oracle's.
+`ceiling_share` is its gain as a share of the oracle's.  `ngram-oracle`
+drafts the lookup's own proposals, each cut to what the target alone
+wrote: the lookup with perfect timing (suffix.TimedLookup), between the
+two -- what a better policy could still win, and what only better drafts
+could.
 
 Agreement: where a proposer's tokens part from the target alone's, the
 target's top-1 minus top-2 margin at that position in the baseline run says
@@ -46,7 +50,7 @@ DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "bench.jsonl
 # within NEAR_TIE: a divergence at a wider margin is not rounding.
 DELTA_MAX = 1.5
 NEAR_TIE = 1.0
-PROPOSERS = ("hybrid", "draft", "ngram", "oracle")
+PROPOSERS = ("hybrid", "draft", "ngram", "oracle", "ngram-oracle")
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,7 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
     """Run every prompt of every file: target alone, then each variant."""
     from .proposers import Oracle
     from .runner import prompt_tokens
+    from .suffix import TimedLookup
 
     seed = gen_base.seed or 0
     sets = []
@@ -220,6 +225,7 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
                 cfg = dataclasses.replace(gen_base, adaptive=v.fixed is None, rule=v.rule,
                                           draft_max=v.fixed if v.fixed is not None else gen_base.draft_max)
                 prop = (Oracle(base.tokens) if v.proposer == "oracle"
+                        else TimedLookup(base.tokens) if v.proposer == "ngram-oracle"
                         else pair.new_proposer(gen_base.sampling, seed, name=v.proposer, rule=v.rule,
                                                clock=gen_base.clock))
                 pairs[v.label].append((base, _one(pair, tokens, cfg, prop)))
