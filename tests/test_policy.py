@@ -193,3 +193,16 @@ def test_the_safeguard_judges_copies_apart_from_fresh_lookups():
     simulate(policy, quiet, steps=200, accept=0.3, source="prompt4")
     assert "prompt" in policy.stopped and "prompt-run" not in policy.stopped
     assert policy.plan("prompt-run8", 8) > 0
+
+
+def test_a_look_that_costs_a_catch_up_must_be_able_to_pay_it_back():
+    """The 0.5B draft at 59 % of the 1.5B target here: always accepted, 15
+    tokens a step would save ~2 ms a token -- not twice its 0.6 s catch-up
+    over 180 tokens, so it is never looked at; with nothing to catch up it is."""
+    def probes(setup_s):
+        policy = Policy(CostModel.from_timings(CPU_FAST, 17), k_max=16, probe_every=4)
+        policy.draft_s["draft"] = 0.0152
+        policy.horizon = 184
+        return sum(policy.plan("draft", 16, setup_s=setup_s) > 0 for _ in range(64))
+    assert probes(0.64) == 0
+    assert probes(0.0) > 0

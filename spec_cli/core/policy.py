@@ -196,6 +196,7 @@ WINDOW = 32      # drafting steps per proposer kept by the safeguard
 PLAIN_WINDOW = 16
 MIN_DRAFTING, MIN_PLAIN = 8, 4   # evidence before the safeguard judges
 MIN_BACK = 4     # probe steps that must win before a stopped proposer drafts again
+PROBE_MARGIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -292,14 +293,17 @@ class Policy:
     def _probe(self, cand, n: int) -> int:
         """Not worth it on what we know, or the clock says it is losing.  If
         even a draft that is always accepted would not pay (the draft is too
-        slow for this target), there is nothing to learn; else look again
+        slow for this target, or too slow to pay its catch-up back twice over
+        the tokens to come), there is nothing to learn; else look again
         now and then, waiting twice as long after each look that did not
         change the answer, and soon again when the machine's pace changed."""
         if n <= 0:
             return 0
         source = cand.source
         d = self.draft_s.get(source, 0.0)
-        ideal = next((k for k in range(1, n + 1) if self._saves([1.0] * k, d, cand.setup_s)), 0)
+        # a look that costs a catch-up (a draft model reading what it missed)
+        # is taken only where an always-accepted draft would pay it back twice
+        ideal = next((k for k in range(1, n + 1) if self._saves([1.0] * k, d, PROBE_MARGIN * cand.setup_s)), 0)
         if ideal == 0:
             return 0
         idle = self._idle.get(source, 0) + 1
