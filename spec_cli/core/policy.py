@@ -38,7 +38,8 @@ often), so short guesses that lose do not stop copies that win.
 While drafting is off, a short draft now and then (after `probe_every` steps,
 then twice as long after each look that changes nothing) keeps the
 acceptance estimate honest -- unless even an always-accepted draft could
-not pay, as for a draft model nearly as slow as its target.
+not pay, as for a draft model nearly as slow as its target, or could not
+pay back twice the catch-up the look would cost.
 """
 
 from __future__ import annotations
