@@ -130,7 +130,7 @@ class CostModel:
 @dataclass
 class Acceptance:
     """Per-position acceptance chances of one proposer, learned online from
-    its prior (`prior`)."""
+    its prior (see `prior`)."""
 
     rates: list[float]
 
@@ -181,10 +181,11 @@ def prior(source: str, n: int) -> list[float]:
     """Acceptance chances for draft positions 1..n before anything is seen."""
     if source in PRIORS:
         return [PRIORS[source]] * n
-    digits = source[len(source.rstrip("0123456789")):]
+    name = _group(source)
+    digits = source[len(name):]
     if not digits:
         return [0.7] * n
-    where, _, kind = source[:-len(digits)].partition("-")
+    where, _, kind = name.partition("-")
     first = FIRST.get(kind, FIRST[""]).get(int(digits), 0.7)
     later = [LATER[min(i, len(LATER) - 1)] for i in range(n - 1)]
     if kind == "run":
@@ -205,8 +206,6 @@ class _Offer:
     source: str
     limit: int
     setup_s: float = 0.0
-
-
 
 
 def _realised(window) -> float:

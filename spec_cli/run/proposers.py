@@ -191,11 +191,17 @@ class Oracle:
     def prepare(self, prompt: Sequence[int]) -> None:
         self._prompt_len = len(prompt)
 
-    def candidates(self, context: Sequence[int]) -> list[Candidate]:
+    def ahead(self, context: Sequence[int]) -> list[int]:
+        """The reference's tokens after `context`; none once the output has
+        parted from it."""
         done = len(context) - self._prompt_len
-        if done >= len(self.reference) or context[self._prompt_len:] != self.reference[:done]:
+        if context[self._prompt_len:] != self.reference[:done]:
             return []
-        return [Candidate(self.name, len(self.reference) - done)]
+        return self.reference[done:]
+
+    def candidates(self, context: Sequence[int]) -> list[Candidate]:
+        ahead = self.ahead(context)
+        return [Candidate(self.name, len(ahead))] if ahead else []
 
     def draft(self, context, cand, k, keep_going=None) -> Proposal:
         done = len(context) - self._prompt_len

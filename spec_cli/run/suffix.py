@@ -39,7 +39,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from .proposers import Candidate, EMPTY, Proposal
+from ..llama.backend import common_prefix
+from .proposers import Candidate, EMPTY, Oracle, Proposal
 
 MOD = (1 << 61) - 1
 MUL = 1_000_003
@@ -217,6 +218,12 @@ class Store:
 # source tokens before an edit that say where it applies again: the last 4,
 # and failing those the last 2 (a rename met after other tokens)
 EDIT_KEYS = (4, 2)
+
+
+def _keys(src: Sequence[int], p: int) -> list[tuple[int, ...]]:
+    """The keys of an edit at source position p, longest first."""
+    return [tuple(src[p - n:p]) for n in EDIT_KEYS if p >= n]
+
 RESYNC = 16    # how far past the divergence the source may resume
 LOST = 48      # output tokens without a resync before a copy is given up
 MAX_COPIES = 4
@@ -251,10 +258,9 @@ class Copy:
             t = context[j]
             if self.aligned:
                 if self.pos < len(src) and src[self.pos] == t:
-                    for n in EDIT_KEYS:  # the output kept the original here: no edit to replay
-                        key = tuple(src[self.pos - n:self.pos])
-                        if self.pos >= n and key in self.edits and self.edits[key][0][:1] != (t,):
-                            del self.edits[key]
+                    for key in _keys(src, self.pos) if self.edits else ():
+                        if key in self.edits and self.edits[key][0][:1] != (t,):
+                            del self.edits[key]  # the output kept the original here: no edit to replay
                     self.pos += 1
                     self.matched += 1
                     continue
@@ -264,10 +270,8 @@ class Copy:
                 if src[q] == SEPARATOR:
                     break
                 if src[q] == t and (q == self.div_pos or (j > self.div_start and context[j - 1] == src[q - 1])):
-                    for n in EDIT_KEYS:
-                        if self.div_pos >= n:
-                            key = tuple(src[self.div_pos - n:self.div_pos])
-                            self.edits[key] = (tuple(context[self.div_start:j]), q - self.div_pos)
+                    for key in _keys(src, self.div_pos):
+                        self.edits[key] = (tuple(context[self.div_start:j]), q - self.div_pos)
                     self.pos, self.aligned = q + 1, True
                     # an edit inside a long copy: the copy is as good as before it
                     self.matched = min(self._before, 8) + 1 if q == self.div_pos else 2
@@ -280,8 +284,7 @@ class Copy:
     def _edit_key(self, p: int) -> tuple[int, ...] | None:
         """The key of the edit that applies at source position p: the longest
         of EDIT_KEYS source tokens before it that has one."""
-        src = self.index.tokens
-        return next((key for n in EDIT_KEYS if p >= n and (key := tuple(src[p - n:p])) in self.edits), None)
+        return next((key for key in _keys(self.index.tokens, p) if key in self.edits), None)
 
     def draft(self, k: int) -> list[int]:
         """Up to k tokens copied on from here, known edits applied."""
@@ -319,9 +322,8 @@ def _edit_before(src: Sequence[int], i: int, out: Sequence[int], o: int, edits: 
     if best is None or best[0] == 0:
         return
     _, a, b = best
-    for n in EDIT_KEYS:
-        if a >= n:
-            edits.setdefault(tuple(src[a - n:a]), (tuple(out[b:o]), i - a))
+    for key in _keys(src, a):
+        edits.setdefault(key, (tuple(out[b:o]), i - a))
 
 
 @dataclass
@@ -362,7 +364,6 @@ class Lookup:
         The check reads the last indexed token and the length: O(1)."""
         n = len(self.index)
         if n > len(context) or (n and context[n - 1] != self.index.tokens[n - 1]):
-            from ..llama.backend import common_prefix
             self.index.truncate(common_prefix(self.index.tokens, context))
             self.copy, self.copies = None, []
         self.index.extend(context[len(self.index):])
@@ -439,24 +440,21 @@ class TimedLookup:
     cost_prior: dict[str, float] = {}
 
     def __init__(self, reference: Sequence[int]):
-        self.reference = list(reference)
+        self.reference = Oracle(reference)
         self.lookup = Lookup()
-        self._prompt_len = 0
         self._pick: tuple[Candidate, int] | None = None
 
     def prepare(self, prompt: Sequence[int]) -> None:
-        self._prompt_len = len(prompt)
+        self.reference.prepare(prompt)
         self.lookup.prepare(prompt)
 
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
-        done = len(context) - self._prompt_len
         self._pick = None
-        if context[self._prompt_len:] != self.reference[:done]:
-            return []  # parted from the reference (a near-tie): nothing to measure against
-        ahead = self.reference[done:]
+        ahead = self.reference.ahead(context)
+        if not ahead:
+            return []  # parted from the reference (a near-tie), or at its end: nothing to measure
         for cand in self.lookup.candidates(context):
-            tokens = self.lookup.peek(context, cand, cand.limit)
-            n = next((i for i, (a, b) in enumerate(zip(tokens, ahead)) if a != b), min(len(tokens), len(ahead)))
+            n = common_prefix(self.lookup.peek(context, cand, cand.limit), ahead)
             if n and (self._pick is None or n > self._pick[1]):
                 self._pick = (cand, n)
         return [Candidate(self.name, self._pick[1])] if self._pick else []
