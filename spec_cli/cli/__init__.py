@@ -53,6 +53,9 @@ def main() -> None:
 
     SpecError -> its message and hint, its exit_code (1 unless it says);
     a usage error -> click's usage line, 2; Ctrl-C or an abort -> 130."""
+    from ..crash import install
+
+    install()  # a native crash says what to do, not a bare exit 132
     try:
         code = app(standalone_mode=False)  # click hands back typer.Exit codes
         sys.exit(code if isinstance(code, int) else 0)

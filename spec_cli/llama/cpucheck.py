@@ -1,0 +1,197 @@
+"""Does this llama.cpp build run on this CPU?  Asked once per build and CPU,
+in a child process, before a model of ours decodes a batch.
+
+A default build of llama-cpp-python compiles ggml for the CPU it was built
+on (`GGML_NATIVE`).  Two things then crash with SIGILL at the first batch:
+on some Intel Xeons (often VMs) the AMX kernels, which ggml runs as one of
+its CPU "extra buffer types", fault (llama.cpp PR 26954: tile permission is
+asked on the main thread only); and a wheel built on another machine (pip
+caches it) may use instructions this CPU lacks.  So where the build
+reports AMX, or a feature /proc/cpuinfo does not list, a child loads the
+model and decodes one small batch: if it dies of a signal, a second child
+tries without the extra buffer types; if that works, models load that way
+here (a note says so and how to rebuild for full speed), else spec-cli
+stops with one line saying what to do.  The answer is kept in the state
+directory per build and CPU, so the check costs one child process once.
+
+`SPEC_CLI_EXTRA_BUFTS=0|1` decides by hand; `SPEC_CLI_CPU_CHECK=1` runs the
+check even where the build's features look safe (and ignores a kept
+answer).  `python -m spec_cli.llama.cpucheck MODEL.gguf [--no-extra-bufts]`
+is the child.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SpecError
+
+# ggml's names for what a build uses -> the flags /proc/cpuinfo lists for them
+FLAGS = {"SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX2": "avx2", "F16C": "f16c", "FMA": "fma",
+         "BMI2": "bmi2", "AVX_VNNI": "avx_vnni", "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi",
+         "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8"}
+TIMEOUT_S = 120
+NATIVE_OFF = ('CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON '
+              '-DGGML_BMI2=ON -DGGML_AVX512=ON"')  # the AVX512 flag only where the CPU has it
+REBUILD = (f"{NATIVE_OFF} pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36")
+NOTE = ("note: this llama.cpp build's AMX kernels crash on this CPU, so models load without ggml's extra "
+        "buffer types (no AMX, no weight repacking: slower). For full speed, rebuild without AMX: " + REBUILD)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    extra_bufts: bool         # load with ggml's extra buffer types
+    note: str | None = None   # what the user is told, once per command
+
+
+def build_features() -> set[str]:
+    """What the loaded ggml CPU backend was compiled to use ("AVX2", "AMX_INT8", ...)."""
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+    out = set()
+    for part in info.replace("|", "\n").splitlines():
+        name, _, value = part.partition("=")
+        name = name.split(":")[-1].strip()
+        if value.strip() == "1":
+            out.add(name)
+    return out
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU's flags from /proc/cpuinfo; None where there is none (macOS)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.partition(":")[2].split())
+    return None
+
+
+def needs_check(features: set[str], flags: set[str] | None) -> bool:
+    """AMX in the build, or a feature the CPU does not list."""
+    if "AMX_INT8" in features:
+        return True
+    if flags is None:
+        return False
+    return any(FLAGS[f] not in flags for f in features if f in FLAGS)
+
+
+def _key() -> str:
+    """This build (the ggml CPU library's file) and this CPU."""
+    import llama_cpp
+
+    lib = Path(llama_cpp.__file__).parent / "lib"
+    libs = sorted(lib.glob("libggml-cpu*")) or sorted(lib.glob("*ggml*"))
+    stamp = [f"{p.name}:{p.stat().st_size}:{int(p.stat().st_mtime)}" for p in libs if p.is_file()]
+    cpu = ""
+    try:
+        cpu = "".join(l for l in Path("/proc/cpuinfo").read_text().splitlines()
+                      if l.startswith(("model name", "flags", "Features")))[:4096]
+    except OSError:
+        pass
+    return hashlib.sha256("|".join([llama_cpp.__version__, *stamp, cpu]).encode()).hexdigest()[:32]
+
+
+def _state() -> Path:
+    from ..files import state_dir
+    return state_dir() / "cpu.json"
+
+
+def _child(model: Path, *, extra_bufts: bool) -> int:
+    """Run one small batch in a child; its exit status (negative: a signal)."""
+    cmd = [sys.executable, "-m", "spec_cli.llama.cpucheck", str(model)]
+    if not extra_bufts:
+        cmd.append("--no-extra-bufts")
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=TIMEOUT_S).returncode
+    except subprocess.TimeoutExpired:
+        return 0  # it did not crash: llama.cpp is only slow here
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def verdict(model: Path) -> Verdict:
+    """How models load here: decided by hand, kept from an earlier check,
+    or checked now in a child process on `model`."""
+    forced = os.environ.get("SPEC_CLI_EXTRA_BUFTS")
+    if forced in ("0", "1"):
+        return Verdict(forced == "1")
+    force_check = os.environ.get("SPEC_CLI_CPU_CHECK") == "1"
+    if not force_check and not needs_check(build_features(), cpu_flags()):
+        return Verdict(True)
+    key = _key()
+    try:
+        known = json.loads(_state().read_text())
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    if key in known and not force_check:
+        return Verdict(bool(known[key]), None if known[key] else NOTE)
+    code = _child(model, extra_bufts=True)
+    if code > 0:
+        return Verdict(True)  # it failed in a way of its own (a bad file?): the real load will say why
+    if code == 0:
+        extra = True
+    else:
+        second = _child(model, extra_bufts=False)
+        if second < 0:
+            raise SpecError(f"llama.cpp crashed ({_signal_name(second)}) running a batch on this CPU: this "
+                            "llama-cpp-python build uses instructions the CPU does not run (built for "
+                            "another machine?)", hint=f"Rebuild it here: {REBUILD}")
+        extra = False
+    known[key] = extra
+    from ..files import atomic_write
+    try:
+        atomic_write(_state(), json.dumps(known, indent=1))
+    except OSError:
+        pass
+    return Verdict(extra, None if extra else NOTE)
+
+
+def illegal_instruction() -> None:
+    """Execute a real illegal instruction (ud2 / udf): for the tests of the
+    crash paths, and the test hook below."""
+    import ctypes
+    import mmap
+    import platform
+
+    code = b"\x0f\x0b" if platform.machine().lower() in ("x86_64", "amd64", "i686", "i386") else b"\x00\x00\x00\x00"
+    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    ctypes.CFUNCTYPE(None)(addr)()
+
+
+def _main(argv: list[str]) -> int:
+    """The child: load the model as spec-cli would and decode one batch."""
+    from .backend import LoadConfig, Model
+
+    extra = "--no-extra-bufts" not in argv
+    # the tests' stand-in for a build whose extra buffer types fault here
+    if extra and os.environ.get("SPEC_CLI_TEST_FAULT") == "extra-bufts":
+        illegal_instruction()
+    with Model(argv[0], LoadConfig(n_ctx=256, n_batch=64, extra_bufts=extra)) as m:
+        tokens = (m.tokenize("def f(x):\n    return x * 2\n", add_special=False) * 8)[:16]
+        m.decode(tokens, logits_from=0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
