@@ -67,7 +67,10 @@ def load(cfg: PairConfig, *, quiet: bool):
 
     check_rule(cfg.rule)
     with render.download_progress(enabled=not quiet) as progress:
-        return load_pair(cfg, progress=progress)
+        pair = load_pair(cfg, progress=progress)
+    for line in pair.notes if not quiet else ():
+        render.note(line)
+    return pair
 
 
 def sampling(temp: float, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> SamplingConfig:

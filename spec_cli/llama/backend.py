@@ -41,6 +41,9 @@ class LoadConfig:
     # tokens differently, which the cap excludes, and turning it off costs
     # a fifth of single-token speed here.
     deterministic: bool = False
+    # ggml-cpu's extra buffer types (weight repacking, AMX); None: as
+    # cpucheck.py decides for this build and CPU (off where AMX faults)
+    extra_bufts: bool | None = None
 
 
 # -- logging: llama.cpp talks a lot on stderr; keep errors only -------------
@@ -76,11 +79,19 @@ class Model:
         check_gguf(self.path)
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = cfg.gpu_layers if cfg.gpu_layers >= 0 else 1_000_000
+        self.note = None  # a line for the user about how the model was loaded
+        if cfg.extra_bufts is None:
+            from .cpucheck import verdict
+            decided = verdict(self.path)
+            mparams.use_extra_bufts, self.note = decided.extra_bufts, decided.note
+        else:
+            mparams.use_extra_bufts = cfg.extra_bufts
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise SpecError(f"llama.cpp could not load {self.path}",
                             hint="The file may be truncated or of an architecture this "
                                  "llama.cpp build does not know; set SPEC_CLI_DEBUG=1 to see why.")
+        release_file_pages(self.path)
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
@@ -184,14 +195,7 @@ class Model:
 
     def special_tokens(self) -> dict[str, int]:
         """BOS/EOS/EOT and FIM ids (-1 where the model has none)."""
-        v = self._vocab
-        return {
-            "bos": llama_cpp.llama_vocab_bos(v), "eos": llama_cpp.llama_vocab_eos(v),
-            "eot": llama_cpp.llama_vocab_eot(v),
-            "fim_pre": llama_cpp.llama_vocab_fim_pre(v), "fim_suf": llama_cpp.llama_vocab_fim_suf(v),
-            "fim_mid": llama_cpp.llama_vocab_fim_mid(v), "fim_pad": llama_cpp.llama_vocab_fim_pad(v),
-            "fim_rep": llama_cpp.llama_vocab_fim_rep(v), "fim_sep": llama_cpp.llama_vocab_fim_sep(v),
-        }
+        return _special(self._vocab)
 
     # -- metadata ----------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -228,27 +232,10 @@ class Model:
             tokens.insert(0, self.bos)
         return tokens
 
-    def vocab_difference(self, other: "Model") -> str | None:
-        """Why `other` cannot draft for this model, or None if it can.
-
-        Same rules as llama.cpp's speculative example: vocabulary type,
-        BOS/EOS, sizes within 128 tokens of padding, and the same text for
-        every token id both have.
-        """
-        if llama_cpp.llama_vocab_type(self._vocab) != llama_cpp.llama_vocab_type(other._vocab):
-            return "the tokenizer types differ"
-        if abs(self.n_vocab - other.n_vocab) > 128:
-            return f"the vocabulary sizes differ ({self.n_vocab} vs {other.n_vocab} tokens)"
-        mine, theirs = self.special_tokens(), other.special_tokens()
-        for what in ("bos", "eos", "eot"):
-            a, b = mine[what], theirs[what]
-            if a != b:
-                return f"the special tokens differ ({what.upper()} is {a} vs {b})"
-        for i in range(min(self.n_vocab, other.n_vocab)):
-            a, b = self.token_text(i), other.token_text(i)
-            if a != b:
-                return f"token {i} is {a!r} in one and {b!r} in the other"
-        return None
+    def vocab_difference(self, other: "Model | Vocab") -> str | None:
+        """Why `other` cannot draft for this model, or None if it can (see
+        vocab_difference)."""
+        return vocab_difference(self._vocab, other._vocab)
 
     def describe(self) -> dict:
         """What `spec-cli models info` shows, from the GGUF's metadata."""
@@ -341,7 +328,7 @@ class Model:
         st = self.path.stat()
         return (f"{self.path.resolve()}|{st.st_size}|{int(st.st_mtime)}|"
                 f"{llama_cpp.__version__}|gpu={self._cfg.gpu_layers}|threads={self._cfg.n_threads}|"
-                f"{'deterministic' if self._cfg.deterministic else 'fast'}|{self.numerics}|probe=5")
+                f"{'deterministic' if self._cfg.deterministic else 'fast'}|{self.numerics}|costs=1")
 
     @property
     def deterministic(self) -> bool:
@@ -371,6 +358,92 @@ class Model:
             if logits_last:
                 return rows[0]
         return len(tokens) - keep
+
+
+def release_file_pages(path: Path) -> None:
+    """Drop this process's resident pages of a memory-mapped model file.
+
+    Weights that llama.cpp repacks for the CPU (or copies to a GPU) are
+    read through the mapping and then live in a buffer of their own; the
+    mapping's pages would stay resident too, holding those weights twice.
+    MADV_DONTNEED on a read-only file mapping only unmaps: what is still
+    used from the file faults back in from the page cache, the rest is no
+    longer counted.  Linux only; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/self/maps") as f:
+            spans = [line.split(None, 1)[0] for line in f if line.rstrip("\n").endswith(" " + real)]
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    for span in spans:
+        lo, hi = (int(x, 16) for x in span.split("-"))
+        libc.madvise(lo, hi - lo, 4)  # MADV_DONTNEED
+
+
+def _special(v) -> dict[str, int]:
+    return {
+        "bos": llama_cpp.llama_vocab_bos(v), "eos": llama_cpp.llama_vocab_eos(v),
+        "eot": llama_cpp.llama_vocab_eot(v),
+        "fim_pre": llama_cpp.llama_vocab_fim_pre(v), "fim_suf": llama_cpp.llama_vocab_fim_suf(v),
+        "fim_mid": llama_cpp.llama_vocab_fim_mid(v), "fim_pad": llama_cpp.llama_vocab_fim_pad(v),
+        "fim_rep": llama_cpp.llama_vocab_fim_rep(v), "fim_sep": llama_cpp.llama_vocab_fim_sep(v),
+    }
+
+
+def vocab_difference(a, b) -> str | None:
+    """Why vocabulary `b` cannot draft for `a` (llama_vocab pointers), or None.
+
+    Same rules as llama.cpp's speculative example: vocabulary type,
+    BOS/EOS, sizes within 128 tokens of padding, and the same text for
+    every token id both have.
+    """
+    if llama_cpp.llama_vocab_type(a) != llama_cpp.llama_vocab_type(b):
+        return "the tokenizer types differ"
+    na, nb = llama_cpp.llama_vocab_n_tokens(a), llama_cpp.llama_vocab_n_tokens(b)
+    if abs(na - nb) > 128:
+        return f"the vocabulary sizes differ ({na} vs {nb} tokens)"
+    mine, theirs = _special(a), _special(b)
+    for what in ("bos", "eos", "eot"):
+        if mine[what] != theirs[what]:
+            return f"the special tokens differ ({what.upper()} is {mine[what]} vs {theirs[what]})"
+    text = llama_cpp.llama_vocab_get_text
+    n = min(na, nb)
+    ta, tb = [text(a, i) for i in range(n)], [text(b, i) for i in range(n)]
+    if ta != tb:
+        i = next(i for i in range(n) if ta[i] != tb[i])
+        return (f"token {i} is {ta[i].decode('utf-8', 'replace')!r} in one and "
+                f"{tb[i].decode('utf-8', 'replace')!r} in the other")
+    return None
+
+
+class Vocab:
+    """A GGUF's vocabulary alone (llama.cpp's vocab_only load: no weights),
+    to check a pair beside a model that is still loading."""
+
+    def __init__(self, path: str | Path):
+        check_gguf(Path(path))
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not self._model:
+            raise SpecError(f"llama.cpp could not read the vocabulary of {path}",
+                            hint="Set SPEC_CLI_DEBUG=1 to see why.")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+
+    def close(self) -> None:
+        if getattr(self, "_model", None):
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "Vocab":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class ContextFull(SpecError):

@@ -7,7 +7,8 @@ generation on the pair.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -29,6 +30,7 @@ class Pair:
     draft: Model | None
     config: PairConfig
     draft_name: str | None = None  # as given, or the registry's suggestion
+    notes: list[str] = field(default_factory=list)  # one line each, for stderr (how the models loaded)
 
     def new_proposer(self, sampling: SamplingConfig, seed: int, *, name: str | None = None,
                      rule: str | None = None, store=None, clock=None) -> Proposer:
@@ -49,6 +51,14 @@ class Pair:
                            rule=rule or self.config.rule, seed=seed)
         draft.clock = clock
         return Hybrid(Lookup(store=store), draft) if name == "hybrid" else draft
+
+    def remember(self) -> None:
+        """Keep what the steps taught about both models' costs for the next run."""
+        from ..llama import probe
+
+        probe.remember(self.target)
+        if self.draft is not None:
+            probe.remember(self.draft)
 
     def reset(self) -> None:
         """Empty both KV caches."""
@@ -80,38 +90,106 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
     if cfg.proposer in NEEDS_DRAFT:
         draft_path = resolve(draft_arg, registry=registry,
                              progress=progress(draft_arg) if progress else None)
-    target = Model(target_path, LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads,
-                                           gpu_layers=cfg.gpu_layers, deterministic=cfg.deterministic))
-    draft = None
-    if draft_path is not None:
-        try:
-            # the draft's numerics decide acceptance, never the output; the same
-            # mode as the target's keeps a model drafting for itself always right
-            draft = Model(draft_path, LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads,
-                                                 gpu_layers=cfg.draft_gpu_layers,
-                                                 deterministic=cfg.deterministic))
-            why = target.vocab_difference(draft)
-        except BaseException:
-            target.close()
-            raise
-        if why is not None:
-            target.close()
-            draft.close()
-            raise SpecError(
-                f"{draft_arg} cannot draft for {cfg.target}: {why}",
-                hint=_fitting_drafts_hint(cfg.target, registry))
-    from ..llama import probe
+    from ..llama import cpucheck, probe
 
+    verdict = cpucheck.verdict(min((p for p in (target_path, draft_path) if p is not None), key=_size))
+    # the draft's numerics decide acceptance, never the output; the same
+    # mode as the target's keeps a model drafting for itself always right
+    target, draft, why = _load_both(
+        (target_path, LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.gpu_layers,
+                                 deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts)),
+        draft_path and (draft_path, LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads,
+                                               gpu_layers=cfg.draft_gpu_layers, deterministic=cfg.deterministic,
+                                               extra_bufts=verdict.extra_bufts)))
     try:
-        probe.load(target)  # the cost model's prior, measured (or recalled) before the first request
+        if why:
+            raise SpecError(f"{draft_arg} cannot draft for {cfg.target}: {why}",
+                            hint=_fitting_drafts_hint(cfg.target, registry))
+        probe.load(target)  # the cost model's prior: what earlier runs learned (timed briefly the first time)
         if draft is not None:
-            probe.load(draft)  # the draft's cost per token
+            probe.load(draft, draft=True)  # the draft's cost per token
     except BaseException:
         target.close()
         if draft is not None:
             draft.close()
         raise
-    return Pair(target, draft, cfg, draft_arg if draft is not None else None)
+    pair = Pair(target, draft, cfg, draft_arg if draft is not None else None)
+    if verdict.note:
+        pair.notes.append(verdict.note)
+    return pair
+
+
+def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None]:
+    """Load the target here and, in a thread beside it, the draft and the
+    pair check against the target's vocabulary (llama.cpp releases the GIL
+    while it loads): the draft costs no wait of its own.  Returns the
+    models and why the draft cannot draft for the target (None: it can)."""
+    import threading
+
+    if not draft_args:
+        return Model(*target_args), None, None
+    box: dict = {}
+
+    def load_draft():
+        try:
+            box["draft"] = Model(*draft_args)
+            box["why"] = _vocab_difference(target_args[0], box["draft"])
+        except BaseException as e:  # handed to the main thread
+            box["error"] = e
+
+    thread = threading.Thread(target=load_draft, name="spec-cli-draft-load", daemon=True)
+    thread.start()
+    try:
+        target = Model(*target_args)
+    except BaseException:
+        thread.join()
+        if "draft" in box:
+            box["draft"].close()
+        raise
+    thread.join()
+    if "error" in box:
+        target.close()
+        if "draft" in box:
+            box["draft"].close()
+        raise box["error"]
+    return target, box["draft"], box["why"]
+
+
+def _size(path) -> float:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return float("inf")
+
+
+def _vocab_difference(target_path, draft: Model) -> str | None:
+    """Why `draft` cannot draft for the target file, remembered per pair of
+    files once they match (the check reads every token)."""
+    import json
+
+    from ..files import atomic_write, state_dir
+    from ..llama.backend import Vocab, vocab_difference
+
+    path = state_dir() / "pairs.json"
+    st = Path(target_path).stat()
+    key = f"{Path(target_path).resolve()}|{st.st_size}|{int(st.st_mtime)}||{draft.fingerprint()}"
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    if known.get(key) == "same":
+        return None
+    with Vocab(target_path) as target:
+        why = vocab_difference(target._vocab, draft._vocab)
+    if why is None:
+        known[key] = "same"
+        try:
+            atomic_write(path, json.dumps(known, indent=1))
+        except OSError:
+            pass
+    return why
 
 
 def _suggested_draft(target: str, registry) -> str:
