@@ -1,15 +1,17 @@
-"""The load-time probe's self-checks, on made-up timings (pure logic: the
-clock is replaced; the real probe runs in every test that loads a pair)."""
+"""What batches cost, recalled rather than re-probed: pure logic on a
+stand-in model (the clock is replaced; real loads happen in every test that
+loads a pair), plus one real first load bounded by its budget."""
 
 import json
 
 import pytest
 
+from spec_cli.core.policy import CostModel
 from spec_cli.llama import probe
 
 
 class FakeModel:
-    """What probe.load touches of a Model, and nothing else."""
+    """What probe.load and probe.remember touch of a Model, and nothing else."""
 
     deterministic = False
     tokens: list = []
@@ -21,56 +23,67 @@ class FakeModel:
         return "fake.gguf|fast"
 
 
-def timings(c1, c4, *, spread=0.0):
-    """Three rounds of c(n) for the probe's sizes: linear between c(1) and
-    c(4), then on at the same slope; `spread` makes the rounds disagree."""
-    def curve(n):
-        return c1 + (c4 - c1) * (n - 1) / 3
-    return lambda model, sizes=probe.SIZES, **kw: {
-        n: [curve(n) * (1 + spread * r) for r in (0, 1, 2)] for n in sizes}
-
-
 @pytest.fixture
 def state(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    return tmp_path / "spec-cli" / "probe.json"
+    return tmp_path / "spec-cli" / "costs.json"
 
 
-def test_a_busy_probe_is_used_but_never_saved(state, monkeypatch):
-    monkeypatch.setattr(probe, "time_sizes", timings(0.29, 0.53, spread=0.5))
-    m = FakeModel()
-    got = probe.load(m)
-    assert not got.clean and m.curve[1] == pytest.approx(0.29 * 1.5)  # used for this run (the median)
-    assert not state.exists()
+def linear(c1, c4):
+    return lambda model, sizes=probe.SIZES, **kw: {n: [c1 + (c4 - c1) * (n - 1) / 3] for n in sizes}
 
 
-def test_a_clean_probe_is_saved_and_recalled(state, monkeypatch):
-    monkeypatch.setattr(probe, "time_sizes", timings(0.025, 0.078))
-    probe.load(FakeModel())
-    assert json.loads(state.read_text())["fake.gguf|fast"]["curve"]["1"] == pytest.approx(0.025)
-    monkeypatch.setattr(probe, "time_sizes", timings(0.026, 0.080))  # the same machine, a little noise
-    m = FakeModel()
-    assert probe.load(m).curve[1] == pytest.approx(0.025)  # the saved one
+def never(*a, **kw):
+    raise AssertionError("a saved curve must not be timed again")
 
 
-@pytest.mark.parametrize("now, why", [((0.025, 0.078), "the machine is quicker now: that probe saw it busy"),
-                                      ((0.290, 0.900), "the curve's shape changed")])
-def test_a_saved_probe_that_no_longer_fits_is_measured_again(state, monkeypatch, now, why):
+def test_a_first_load_times_once_and_saves(state, monkeypatch):
+    monkeypatch.setattr(probe, "time_sizes", linear(0.025, 0.078))
+    got = probe.load(FakeModel())
+    assert not got.learned and got.curve[1] == pytest.approx(0.025)
+    assert json.loads(state.read_text())["fake.gguf|fast"]["curve"]["4"] == pytest.approx(0.078)
+
+
+def test_a_saved_curve_is_recalled_without_timing_even_if_the_machine_was_noisy(state, monkeypatch):
     state.parent.mkdir(parents=True)
-    poisoned = {"1": 0.290, "2": 0.397, "3": 0.47, "4": 0.53, "6": 0.66, "8": 0.78, "12": 1.0, "17": 1.25}
-    state.write_text(json.dumps({"fake.gguf|fast": {"curve": poisoned, "verify_cap": None}}))
-    monkeypatch.setattr(probe, "time_sizes", timings(*now))
+    noisy = {"1": 0.290, "2": 0.2, "4": 0.9}  # a busy spell left this: it is averaged later, never re-probed
+    state.write_text(json.dumps({"fake.gguf|fast": {"curve": noisy, "verify_cap": None}}))
+    monkeypatch.setattr(probe, "time_sizes", never)
+    m = FakeModel()
+    assert probe.load(m).learned and m.curve == {1: 0.290, 2: 0.2, 4: 0.9}
+
+
+def test_what_the_steps_taught_is_kept_for_the_next_run(state, monkeypatch):
+    monkeypatch.setattr(probe, "time_sizes", linear(0.025, 0.078))
     m = FakeModel()
     probe.load(m)
-    assert m.curve[1] == pytest.approx(now[0]), why
-    assert json.loads(state.read_text())["fake.gguf|fast"]["curve"]["1"] == pytest.approx(now[0])
+    m.costs = CostModel.from_timings(m.curve, 17)
+    for _ in range(30):  # the real steps say single tokens take 40 ms here
+        m.costs.observe_verify(1, 0.040)
+    probe.remember(m)
+    monkeypatch.setattr(probe, "time_sizes", never)
+    again = FakeModel()
+    probe.load(again)
+    assert again.curve[1] == pytest.approx(0.040, rel=0.02)
+    assert again.curve[4] > again.curve[1] and len(again.curve) == 17
 
 
-def test_a_noisy_look_keeps_the_saved_probe(state, monkeypatch):
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"fake.gguf|fast": {"curve": {"1": -1}}}'])
+def test_a_broken_state_file_is_timed_anew(state, monkeypatch, text):
     state.parent.mkdir(parents=True)
-    saved = {"1": 0.025, "4": 0.078}
-    state.write_text(json.dumps({"fake.gguf|fast": {"curve": saved, "verify_cap": None}}))
-    monkeypatch.setattr(probe, "time_sizes", timings(0.05, 0.3, spread=0.6))  # busy right now
-    m = FakeModel()
-    probe.load(m)
-    assert m.curve == {1: 0.025, 4: 0.078}
+    state.write_text(text)
+    monkeypatch.setattr(probe, "time_sizes", linear(0.025, 0.078))
+    assert probe.load(FakeModel()).curve[1] == pytest.approx(0.025)
+
+
+def test_a_real_first_load_stays_within_its_budget(smollm_fast, state):
+    """The bounded timing on a real model: every size it reached, within the
+    budget (one batch may finish past it), and nothing left in the cache."""
+    import time
+
+    t0 = time.perf_counter()
+    curve = probe.first_curve(smollm_fast)
+    spent = time.perf_counter() - t0
+    assert 1 in curve and set(curve) <= set(probe.SIZES)
+    assert spent < probe.BUDGET_S + 3 * max(curve.values()) + 0.2
+    assert smollm_fast.tokens == []

@@ -1,20 +1,26 @@
-"""What a model's batches cost on this machine, measured at load.
+"""What a model's batches cost on this machine: recalled, learned, never
+re-probed.
 
 The curve c(n) -- seconds for a target batch of n tokens -- is the cost
-model's prior (policy.py).  A probe taken while the machine is busy with
-other work must not poison it, so a probe checks itself: every size is
-timed in several rounds, and a spread between rounds or a drift of c(1)
-from the first round to the last says the machine was busy; such a probe is
-used for this run only and never cached.  A cached curve is re-checked
-cheaply at each load (c(1) and c(4), three times each) and measured anew
-when its shape disagrees or the machine is clearly quicker now than then.  Online, the cost model learns every batch size
-from the real steps anyway; the probe is only where it starts.
+model's prior (policy.py).  It is kept in spec-cli's state directory per
+model file, build, placement and numerics (`Model.fingerprint`), and it is
+what the real steps taught, not a start-up measurement: every generation
+ends by saving the cost model's curve (`remember`), so the next run starts
+from what this machine did last time, busy spells and all -- noise only
+moves the average, it never triggers a new probe.
+
+Only the very first load of a file (nothing saved for it yet) times a few
+batch sizes, once each, within `BUDGET_S` (sizes it has no time for are
+extrapolated); a draft model is timed at one token and at four.  Loading with a saved curve times nothing, so the time to the first
+token is the model load, the prompt and one step.
 
 With `--deterministic` the probe also finds the largest batch whose logits
-are bitwise those of one-token decodes (`verify_cap`).
+are bitwise those of one-token decodes (`verify_cap`): a correctness check,
+not a timing, done once per file, build and numerics and kept with the
+curve.
 
-`python -m spec_cli.probe MODEL.gguf` prints the curve of each numerics
-configuration tried for the default mode.
+`python -m spec_cli.llama.probe MODEL.gguf` prints the curve of each numerics
+configuration tried for the default mode (a developer's tool).
 """
 
 from __future__ import annotations
@@ -29,9 +35,11 @@ import numpy as np
 
 from .backend import Model
 
-SIZES = (1, 2, 3, 4, 6, 8, 12, 17)   # up to a draft of 16 plus the last token
-NOISY = 0.3                          # relative spread that marks a busy machine
-SHAPE_TOLERANCE = 0.2                # a cached c(4)/c(1) this far off is re-measured
+SIZES = (1, 2, 4, 8, 17)             # up to a draft of 16 plus the last token
+DRAFT_SIZES = (1, 4)                 # a draft model: per token, and a batch (its catch-up, an upper bound)
+BUDGET_S = 0.5                       # the most a first load spends timing a model
+CAP_PREFIXES = (2, 250, 600)         # cached lengths the exact cap is checked after: short, across
+                                     # the KV cache's 256-cell padding, past 512
 _TEXT = "def f(x):\n    return x * 2 + 1  # a probe of batch sizes\n"
 
 
@@ -39,7 +47,7 @@ _TEXT = "def f(x):\n    return x * 2 + 1  # a probe of batch sizes\n"
 class Probe:
     curve: dict[int, float]           # seconds per batch of n tokens
     verify_cap: int | None = None     # deterministic mode: largest bitwise-exact batch
-    clean: bool = True                # False: the machine looked busy; not cached
+    learned: bool = False             # True: recalled from earlier runs; False: timed at this load
 
 
 def _stream(model: Model, n: int) -> list[int]:
@@ -47,128 +55,147 @@ def _stream(model: Model, n: int) -> list[int]:
     return (text * (n // max(len(text), 1) + 1))[:n]
 
 
-def time_sizes(model: Model, sizes=SIZES, *, rounds: int = 3, prefix: int = 2) -> dict[int, list[float]]:
+def time_sizes(model: Model, sizes=SIZES, *, rounds: int = 3, prefix: int = 2,
+               budget_s: float | None = None) -> dict[int, list[float]]:
     """Seconds for a batch of each size after `prefix` cached tokens, in
-    round-robin rounds (a busy spell then shows as a spread, not as a
-    skewed shape).  The KV cache is left empty."""
+    round-robin rounds; with `budget_s`, sizes are timed in order until the
+    budget is spent (at least c(1)).  The KV cache is left empty."""
     stream = _stream(model, prefix + max(sizes))
     model.reset()
     model.decode(stream[:prefix])
+    model.decode(stream[prefix:prefix + 1], logits_from=0)  # untimed: the first batch after a load is slow
     out: dict[int, list[float]] = {n: [] for n in sizes}
-    for n in sizes:  # untimed: the first batches after a load are slow (cold caches, threads)
-        model.truncate(prefix)
-        model.decode(stream[prefix:prefix + n], logits_from=0)
+    start = time.perf_counter()
     for _ in range(rounds):
         for n in sizes:
+            if budget_s is not None and out[1] and time.perf_counter() - start > budget_s:
+                break
             model.truncate(prefix)
             t0 = time.perf_counter()
             model.decode(stream[prefix:prefix + n], logits_from=0)
             out[n].append(time.perf_counter() - t0)
     model.reset()
-    return out
+    return {n: s for n, s in out.items() if s}
 
 
-def spread(samples: list[float]) -> float:
-    return (max(samples) - min(samples)) / max(min(samples), 1e-9)
+def summarise(samples: dict[int, list[float]]) -> dict[int, float]:
+    """The median per size."""
+    return {n: float(statistics.median(s)) for n, s in samples.items()}
 
 
-def summarise(samples: dict[int, list[float]]) -> tuple[dict[int, float], bool]:
-    """Median per size, and whether the rounds agree (a quiet machine)."""
-    curve = {n: float(statistics.median(s)) for n, s in samples.items()}
-    clean = all(spread(s) <= NOISY for s in samples.values())
-    ones = samples.get(1, [])
-    if len(ones) >= 2 and abs(ones[-1] - ones[0]) > NOISY * min(ones):
-        clean = False  # the pace drifted while probing
-    return curve, clean
+def first_curve(model: Model, sizes=SIZES) -> dict[int, float]:
+    """A first load's curve: each size once, within BUDGET_S."""
+    return summarise(time_sizes(model, sizes, rounds=1, budget_s=BUDGET_S))
 
 
-def exact_cap(model: Model, limit: int = 16, *, long: bool = True) -> int:
+def exact_cap(model: Model, limit: int = 16, *, prefixes=CAP_PREFIXES) -> int:
     """The largest batch (at most `limit`) whose logits are bitwise those of
-    one-token decodes, after a short and (`long`) after a long cached prefix
-    (kernels change with the cache's length too)."""
-    long_prefix = min(model.n_ctx - limit - 4, 600)  # past 512, where kernels were seen to switch
-    prefixes = [2] + ([long_prefix] if long and long_prefix > 2 else [])
+    one-token decodes at every position, after each cached prefix length
+    (kernels change with the cache's length too).  Batches grow until the
+    first that differs; one prefill of the longest prefix serves them all."""
+    prefixes = sorted(p for p in prefixes if p + limit + 2 <= model.n_ctx)
     stream = _stream(model, max(prefixes) + limit + 2)
     best = limit
+    model.reset()
     for start in prefixes:
-        model.reset()
-        model.decode(stream[:start])
-        singles = np.stack([model.decode([t], logits_from=0)[0] for t in stream[start:start + best]])
+        model.truncate(start)
+        model.catch_up(stream[:start])
+        singles = [model.decode([t], logits_from=0)[0] for t in stream[start:start + best]]
         exact = 1
         for n in range(2, best + 1):
             model.truncate(start)
-            if not np.array_equal(model.decode(stream[start:start + n], logits_from=0), singles[:n]):
+            rows = model.decode(stream[start:start + n], logits_from=0)
+            if not all(np.array_equal(r, s) for r, s in zip(rows, singles)):
                 break
             exact = n
         best = min(best, exact)
+        model.truncate(start)
     model.reset()
     return best
 
 
-def measure(model: Model, *, tries: int = 2) -> Probe:
-    """Probe the model now: the curve (and the exact cap when deterministic);
-    a busy machine gets a second try before the probe is marked unclean."""
+def measure(model: Model, sizes=SIZES) -> Probe:
+    """Time the model now (bounded) and, when deterministic, find its cap."""
     saved = list(model.tokens)
     cap = exact_cap(model) if model.deterministic else None
-    sizes = SIZES if cap is None else tuple(n for n in SIZES if n <= cap) or (1,)
-    for _ in range(tries):
-        curve, clean = summarise(time_sizes(model, sizes))
-        if clean:
-            break
+    if cap is not None:
+        sizes = tuple(n for n in sizes if n <= cap) or (1,)
+    probe = Probe(first_curve(model, sizes), cap)
     if saved:
         model.decode(saved)
-    return Probe(curve, cap, clean)
-
-
-def still_fits(model: Model, cached: Probe) -> bool | None:
-    """A cheap look at whether a cached probe still holds: with a verify
-    cap, a batch of that size is still bitwise one-token decodes; and the
-    curve still has this machine's shape.  True / False, or None when the
-    look at the shape was noisy."""
-    if cached.verify_cap and exact_cap(model, cached.verify_cap, long=False) < cached.verify_cap:
-        return False
-    if 4 not in cached.curve:  # a cap under 4: the cap check above is the look
-        return True
-    now, clean = summarise(time_sizes(model, (1, 4), rounds=3))
-    if not clean:
-        return None
-    if now[1] < cached.curve[1] / (1 + SHAPE_TOLERANCE * 2):
-        return False  # quieter now than when probed: that probe saw a busy machine
-    ratio_now = now[4] / now[1]
-    ratio_then = cached.curve[4] / cached.curve[1]
-    return abs(ratio_now / ratio_then - 1.0) <= SHAPE_TOLERANCE
+    return probe
 
 
 def state_file() -> Path:
     """Measured facts about this machine live with spec-cli's state, not
     its download cache."""
     from ..files import state_dir
-    return state_dir() / "probe.json"
+    return state_dir() / "costs.json"
 
 
-def load(model: Model) -> Probe:
-    """Set `model.curve` and `model.verify_cap`: from the state file when a
-    clean probe of the same file, build and numerics is there and still
-    fits, else measured now (and saved if clean)."""
-    path = state_file()
+def _read() -> dict:
     try:
-        known = json.loads(path.read_text())
+        data = json.loads(state_file().read_text())
     except (OSError, ValueError):
-        known = {}
-    key = model.fingerprint()
-    probe = None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _entry(known: dict, key: str) -> tuple[dict[int, float] | None, int | None]:
+    entry = known.get(key)
+    curve = cap = None
     try:
-        entry = known[key]
-        probe = Probe({int(n): float(s) for n, s in entry["curve"].items()}, entry.get("verify_cap"))
+        curve = {int(n): float(s) for n, s in entry["curve"].items()}
+        if not curve or min(curve.values()) <= 0:
+            curve = None
     except (KeyError, TypeError, ValueError, AttributeError):
         pass
-    if probe is None or still_fits(model, probe) is False:
-        probe = measure(model)
-        if probe.clean:
-            known[key] = {"curve": probe.curve, "verify_cap": probe.verify_cap}
-            _write_json(path, known)
+    try:
+        cap = int(entry["verify_cap"]) if entry.get("verify_cap") else None
+    except (KeyError, TypeError, ValueError, AttributeError):
+        pass
+    return curve, cap
+
+
+def load(model: Model, *, draft: bool = False) -> Probe:
+    """Set `model.curve` and `model.verify_cap`: what earlier runs of the
+    same file, build and numerics learned, else timed now (bounded) and
+    saved.  `draft`: a draft model, timed at fewer sizes."""
+    key = model.fingerprint()
+    curve, cap = _entry(_read(), key)
+    checked = model.deterministic and cap is None
+    if checked:
+        cap = exact_cap(model)
+    if curve is None:
+        sizes = DRAFT_SIZES if draft else SIZES
+        if cap is not None:
+            sizes = tuple(n for n in sizes if n <= cap) or (1,)
+        probe = Probe(first_curve(model, sizes), cap)
+    else:
+        probe = Probe(curve, cap, learned=True)
     apply(model, probe)
+    if checked or not probe.learned:
+        _save(key, probe.curve, cap)
     return probe
+
+
+def remember(model: Model) -> None:
+    """Keep what this run taught about `model`'s costs for the next run:
+    the target's learned cost model, a draft model's learned curve."""
+    if model.curve is None:
+        return
+    curve = dict(model.curve)
+    if model.costs is not None:
+        curve = {n: model.costs.c(n) for n in range(1, len(model.costs.prior) + 1)}
+    if model.verify_cap:
+        curve = {n: s for n, s in curve.items() if n <= model.verify_cap}
+    _save(model.fingerprint(), curve, model.verify_cap)
+
+
+def _save(key: str, curve: dict[int, float], cap: int | None) -> None:
+    known = _read()
+    known[key] = {"curve": {str(n): round(s, 6) for n, s in sorted(curve.items())}, "verify_cap": cap}
+    _write_json(state_file(), known)
 
 
 def apply(model: Model, probe: Probe) -> None:
@@ -177,7 +204,7 @@ def apply(model: Model, probe: Probe) -> None:
 
 
 def ensure(model: Model) -> dict[int, float]:
-    """The model's curve, probed now (not cached) if nobody loaded one."""
+    """The model's curve, timed now (not saved) if nobody loaded one."""
     if model.curve is None:
         apply(model, measure(model))
     return model.curve
@@ -189,7 +216,7 @@ def _write_json(path: Path, data) -> None:
     try:
         atomic_write(path, json.dumps(data, indent=1))
     except OSError:
-        pass  # a read-only state directory only costs the probe next time
+        pass  # a read-only state directory only costs the timing next time
 
 
 # -- which numerics are fastest here (a developer's tool) --------------------
@@ -230,11 +257,11 @@ def _main(argv: list[str]) -> None:
         llama_cpp.llama_context_default_params, llama_cpp.llama_model_default_params = params, mparams
         try:
             with backend.Model(path, backend.LoadConfig(n_ctx=2048)) as m:
-                curve, clean = summarise(time_sizes(m, SIZES, rounds=3, prefix=prefix))
+                curve = summarise(time_sizes(m, SIZES, rounds=3, prefix=prefix))
         finally:
             llama_cpp.llama_context_default_params, llama_cpp.llama_model_default_params = orig, morig
         cells = " ".join(f"{n}:{curve[n] * 1e3:.0f}" for n in SIZES)
-        print(f"{name:<62} {cells}{'' if clean else '  (noisy)'}", flush=True)
+        print(f"{name:<62} {cells}", flush=True)
 
 
 if __name__ == "__main__":

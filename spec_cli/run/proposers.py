@@ -50,6 +50,7 @@ class Proposal:
 
 
 EMPTY = Proposal([])
+LEARN = 0.3  # how fast a draft model's cost per token follows what its drafts measured
 KeepGoing = Callable[[list[float]], bool]
 
 
@@ -171,6 +172,9 @@ class DraftModel:
         # a step normally feeds the draft 1-2 new tokens; a longer catch-up
         # is charged as that much, not as the draft's usual cost
         steady = seconds if behind <= 2 else seconds - t_sync * (1 - 2 / behind)
+        if self.clock is None and self.model.curve:  # what the next run's prior per token will be
+            c1 = self.model.curve[1]
+            self.model.curve[1] = c1 + LEARN * (steady / len(tokens) - c1)
         return Proposal(tokens, np.stack(rows) if rows else None, self.name, steady,
                         model_tokens=len(tokens), model_read=max(behind, 1))
 

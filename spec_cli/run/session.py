@@ -88,6 +88,8 @@ class Session:
         except KeyboardInterrupt:
             self.finish = "interrupted"
         stats.wall_s = self._wall(t0)
+        if self.gen.clock is None:
+            self.pair.remember()
         return self
 
     def _wall(self, t0: float) -> float:
