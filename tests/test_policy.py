@@ -206,3 +206,21 @@ def test_a_look_that_costs_a_catch_up_must_be_able_to_pay_it_back():
         return sum(policy.plan("draft", 16, setup_s=setup_s) > 0 for _ in range(64))
     assert probes(0.64) == 0
     assert probes(0.0) > 0
+
+
+def test_the_safeguard_judges_before_plain_steps_come_against_the_cost_models_c1():
+    """A short generation has few plain steps (one in plain_every while
+    drafting): the bar is then c(1), which the steps' timings keep current."""
+    policy = Policy(CostModel.from_timings(CPU, 17), k_max=8, plain_every=1000)
+    for _ in range(10):  # each drafting step: 2 tokens in 4 target tokens' time
+        policy.observe("draft", drafted=4, accepted=1, draft_s=0.05, verify_s=4 * CPU[1] - 0.05)
+    assert "draft" in policy.stopped
+
+
+def test_a_draft_model_that_could_never_pay_is_told_apart_from_one_that_could():
+    from spec_cli.core.policy import can_pay
+    linear = CostModel.from_timings({1: 0.056, 2: 0.11, 4: 0.2, 8: 0.4, 17: 0.85}, 17)  # compute-bound CPU
+    memory = CostModel.from_timings({1: 0.072, 2: 0.105, 4: 0.12, 8: 0.215, 17: 0.33}, 17)  # memory-bound
+    assert not can_pay(linear, 0.45 * 0.056, 16, margin=1.3)
+    assert can_pay(memory, 0.35 * 0.072, 16, margin=1.3)
+    assert can_pay(CostModel.from_timings(GPU, 17), 0.03 * GPU[1], 16, margin=1.3)

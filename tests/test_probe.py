@@ -87,3 +87,24 @@ def test_a_real_first_load_stays_within_its_budget(smollm_fast, state):
     assert 1 in curve and set(curve) <= set(probe.SIZES)
     assert spent < probe.BUDGET_S + 3 * max(curve.values()) + 0.2
     assert smollm_fast.tokens == []
+
+
+def test_a_draft_that_could_never_pay_here_is_not_loaded(state, tmp_path):
+    """Decided from what earlier runs remembered, before either model loads."""
+    from spec_cli.llama.backend import LoadConfig, fingerprint
+
+    target, draft = tmp_path / "target.gguf", tmp_path / "draft.gguf"
+    target.write_bytes(b"GGUF" + bytes(1100))
+    draft.write_bytes(b"GGUF" + bytes(450))
+    cfg = LoadConfig(extra_bufts=True)
+    assert probe.draft_cannot_pay(target, cfg, draft, cfg) is None  # nothing known yet: load it
+    state.parent.mkdir(parents=True)
+
+    def remember(curve):
+        state.write_text(json.dumps({fingerprint(target, cfg): {"curve": curve, "verify_cap": None}}))
+
+    remember({"1": 0.056, "2": 0.11, "4": 0.2, "8": 0.4, "17": 0.85})  # batches cost what their tokens do
+    why = probe.draft_cannot_pay(target, cfg, draft, cfg)
+    assert why and "0.41 of a target token" in why
+    remember({"1": 0.072, "2": 0.105, "4": 0.12, "8": 0.215, "17": 0.33})  # memory-bound: batches are cheap
+    assert probe.draft_cannot_pay(target, cfg, draft, cfg) is None

@@ -60,7 +60,7 @@ def bench(
         raise SpecError("nothing to compare: give a --proposer other than none")
     needs_draft = any(v.proposer in ("hybrid", "draft") for v in variants)
     pair = load(PairConfig(target, draft, "hybrid" if needs_draft else "ngram", ctx, threads, gpu_layers,
-                           draft_gpu_layers, deterministic=deterministic), quiet=as_json)
+                           draft_gpu_layers, deterministic=deterministic, draft_if_it_pays=False), quiet=as_json)
     try:
         simulated = load_clock(clock, pair) if clock else None
         gen = GenConfig(sampling=sampling(temp), max_tokens=max_tokens, draft_max=draft_max, seed=seed,

@@ -127,6 +127,13 @@ class CostModel:
         return expected_tokens(accept) / self.step_s(len(accept), draft_cost)
 
 
+def can_pay(cost: CostModel, draft_s: float, k_max: int, *, margin: float = 1.0) -> bool:
+    """Could a draft whose every token is accepted beat the target alone by
+    `margin` at some length up to k_max?  (If not by much, a real draft,
+    some of whose tokens are rejected, loses: not worth running.)"""
+    return any(cost.rate([1.0] * k, draft_s) > margin / cost.c(1) for k in range(1, k_max + 1))
+
+
 @dataclass
 class Acceptance:
     """Per-position acceptance chances of one proposer, learned online from
@@ -196,7 +203,7 @@ def prior(source: str, n: int) -> list[float]:
 
 WINDOW = 32      # drafting steps per proposer kept by the safeguard
 PLAIN_WINDOW = 16
-MIN_DRAFTING, MIN_PLAIN = 8, 4   # evidence before the safeguard judges
+MIN_DRAFTING, MIN_PLAIN = 8, 4   # evidence before the safeguard judges (plain: else c(1) is the bar)
 MIN_BACK = 4     # probe steps that must win before a stopped proposer drafts again
 PROBE_MARGIN = 2.0
 
@@ -364,9 +371,10 @@ class Policy:
     def _judge(self, g: str, steps: deque) -> None:
         """The safeguard: stop a proposer whose drafting steps realise fewer
         tokens a second than plain steps; let it back after probes win."""
-        if len(self._plain) < MIN_PLAIN:
-            return
-        plain = _realised(self._plain)
+        # the bar: plain steps' realised rate; until there are enough of them
+        # (while drafting, one step in plain_every is plain), the cost model's
+        # c(1), which every step's timing moves with the machine's pace
+        plain = _realised(self._plain) if len(self._plain) >= MIN_PLAIN else 1.0 / self.cost.c(1)
         if g not in self.stopped:
             if len(steps) >= MIN_DRAFTING and _realised(steps) < plain:
                 self.stopped.add(g)

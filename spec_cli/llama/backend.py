@@ -111,9 +111,7 @@ class Model:
             # (from 512 entries on) and rounds differently from a batch.
             cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
             cparams.type_k = cparams.type_v = _Q8_0
-        # what decides the kernels: part of what a probe result is valid for
-        self.numerics = (f"fa={cparams.flash_attn_type}|kv={cparams.type_k}/{cparams.type_v}|"
-                         f"repack={int(mparams.use_extra_bufts)}")
+        self.numerics = numerics(cparams, mparams.use_extra_bufts)
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
@@ -232,7 +230,7 @@ class Model:
             tokens.insert(0, self.bos)
         return tokens
 
-    def vocab_difference(self, other: "Model | Vocab") -> str | None:
+    def vocab_difference(self, other: "Model") -> str | None:
         """Why `other` cannot draft for this model, or None if it can (see
         vocab_difference)."""
         return vocab_difference(self._vocab, other._vocab)
@@ -325,10 +323,7 @@ class Model:
     def fingerprint(self) -> str:
         """Identifies this file, build, placement and numerics, for caching
         what the probe measured."""
-        st = self.path.stat()
-        return (f"{self.path.resolve()}|{st.st_size}|{int(st.st_mtime)}|"
-                f"{llama_cpp.__version__}|gpu={self._cfg.gpu_layers}|threads={self._cfg.n_threads}|"
-                f"{'deterministic' if self._cfg.deterministic else 'fast'}|{self.numerics}|costs=1")
+        return fingerprint(self.path, self._cfg, self.numerics)
 
     @property
     def deterministic(self) -> bool:
@@ -358,6 +353,29 @@ class Model:
             if logits_last:
                 return rows[0]
         return len(tokens) - keep
+
+
+def numerics(cparams, extra_bufts: bool) -> str:
+    """What decides the kernels: part of what a remembered cost is valid for."""
+    return f"fa={cparams.flash_attn_type}|kv={cparams.type_k}/{cparams.type_v}|repack={int(extra_bufts)}"
+
+
+def fingerprint(path: Path, cfg: LoadConfig, numbers: str | None = None) -> str:
+    """A model's key in the state files, also for a model not loaded yet
+    (then its numerics follow from `cfg` as Model.__init__ sets them)."""
+    if numbers is None:
+        cparams = llama_cpp.llama_context_default_params()
+        if cfg.deterministic:
+            cparams.flash_attn_type, cparams.type_k, cparams.type_v = 1, _Q8_0, _Q8_0
+        extra = cfg.extra_bufts
+        if extra is None:
+            from .cpucheck import verdict
+            extra = verdict(path).extra_bufts
+        numbers = numerics(cparams, extra)
+    st = path.stat()
+    return (f"{path.resolve()}|{st.st_size}|{int(st.st_mtime)}|"
+            f"{llama_cpp.__version__}|gpu={cfg.gpu_layers}|threads={cfg.n_threads}|"
+            f"{'deterministic' if cfg.deterministic else 'fast'}|{numbers}|costs=1")
 
 
 def release_file_pages(path: Path) -> None:
@@ -394,12 +412,13 @@ def _special(v) -> dict[str, int]:
     }
 
 
-def vocab_difference(a, b) -> str | None:
+def vocab_difference(a, b, *, texts: bool = True) -> str | None:
     """Why vocabulary `b` cannot draft for `a` (llama_vocab pointers), or None.
 
     Same rules as llama.cpp's speculative example: vocabulary type,
     BOS/EOS, sizes within 128 tokens of padding, and the same text for
-    every token id both have.
+    every token id both have (`texts=False`: known to be the same already,
+    gguf.token_digest).
     """
     if llama_cpp.llama_vocab_type(a) != llama_cpp.llama_vocab_type(b):
         return "the tokenizer types differ"
@@ -410,6 +429,8 @@ def vocab_difference(a, b) -> str | None:
     for what in ("bos", "eos", "eot"):
         if mine[what] != theirs[what]:
             return f"the special tokens differ ({what.upper()} is {mine[what]} vs {theirs[what]})"
+    if not texts:
+        return None
     text = llama_cpp.llama_vocab_get_text
     n = min(na, nb)
     ta, tb = [text(a, i) for i in range(n)], [text(b, i) for i in range(n)]
@@ -418,32 +439,6 @@ def vocab_difference(a, b) -> str | None:
         return (f"token {i} is {ta[i].decode('utf-8', 'replace')!r} in one and "
                 f"{tb[i].decode('utf-8', 'replace')!r} in the other")
     return None
-
-
-class Vocab:
-    """A GGUF's vocabulary alone (llama.cpp's vocab_only load: no weights),
-    to check a pair beside a model that is still loading."""
-
-    def __init__(self, path: str | Path):
-        check_gguf(Path(path))
-        params = llama_cpp.llama_model_default_params()
-        params.vocab_only = True
-        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-        if not self._model:
-            raise SpecError(f"llama.cpp could not read the vocabulary of {path}",
-                            hint="Set SPEC_CLI_DEBUG=1 to see why.")
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-
-    def close(self) -> None:
-        if getattr(self, "_model", None):
-            llama_cpp.llama_model_free(self._model)
-            self._model = None
-
-    def __enter__(self) -> "Vocab":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 class ContextFull(SpecError):

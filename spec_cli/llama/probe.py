@@ -9,9 +9,10 @@ ends by saving the cost model's curve (`remember`), so the next run starts
 from what this machine did last time, busy spells and all -- noise only
 moves the average, it never triggers a new probe.
 
-Only the very first load of a file (nothing saved for it yet) times a few
-batch sizes, once each, within `BUDGET_S` (sizes it has no time for are
-extrapolated); a draft model is timed at one token and at four.  Loading with a saved curve times nothing, so the time to the first
+Only the very first load of a target (nothing saved for it yet) times a
+few batch sizes, once each, within `BUDGET_S` (sizes it has no time for are
+extrapolated); a draft model is not timed: it starts from the target's
+curve scaled by the files' sizes, and learns from its drafts.  Loading with a saved curve times nothing, so the time to the first
 token is the model load, the prompt and one step.
 
 With `--deterministic` the probe also finds the largest batch whose logits
@@ -36,10 +37,12 @@ import numpy as np
 from .backend import Model
 
 SIZES = (1, 2, 4, 8, 17)             # up to a draft of 16 plus the last token
-DRAFT_SIZES = (1, 4)                 # a draft model: per token, and a batch (its catch-up, an upper bound)
 BUDGET_S = 0.5                       # the most a first load spends timing a model
 CAP_PREFIXES = (2, 250, 600)         # cached lengths the exact cap is checked after: short, across
                                      # the KV cache's 256-cell padding, past 512
+# a draft model is loaded only where an always-accepted draft would gain this
+# much: with a real acceptance of 0.8 a 4-token draft yields 2/3 of the ideal
+LOAD_MARGIN = 1.3
 _TEXT = "def f(x):\n    return x * 2 + 1  # a probe of batch sizes\n"
 
 
@@ -60,16 +63,19 @@ def time_sizes(model: Model, sizes=SIZES, *, rounds: int = 3, prefix: int = 2,
     """Seconds for a batch of each size after `prefix` cached tokens, in
     round-robin rounds; with `budget_s`, sizes are timed in order until the
     budget is spent (at least c(1)).  The KV cache is left empty."""
+    start = time.perf_counter()  # the budget covers everything, the untimed batch too
     stream = _stream(model, prefix + max(sizes))
     model.reset()
     model.decode(stream[:prefix])
     model.decode(stream[prefix:prefix + 1], logits_from=0)  # untimed: the first batch after a load is slow
     out: dict[int, list[float]] = {n: [] for n in sizes}
-    start = time.perf_counter()
     for _ in range(rounds):
         for n in sizes:
-            if budget_s is not None and out[1] and time.perf_counter() - start > budget_s:
-                break
+            if budget_s is not None and out[1]:
+                last = max(m for m, s in out.items() if s)
+                # a batch costs at most its share of the last one's tokens more
+                if time.perf_counter() - start + out[last][-1] * n / last > budget_s:
+                    break
             model.truncate(prefix)
             t0 = time.perf_counter()
             model.decode(stream[prefix:prefix + n], logits_from=0)
@@ -157,26 +163,63 @@ def _entry(known: dict, key: str) -> tuple[dict[int, float] | None, int | None]:
     return curve, cap
 
 
-def load(model: Model, *, draft: bool = False) -> Probe:
+def load(model: Model, *, like: Model | None = None) -> Probe:
     """Set `model.curve` and `model.verify_cap`: what earlier runs of the
     same file, build and numerics learned, else timed now (bounded) and
-    saved.  `draft`: a draft model, timed at fewer sizes."""
+    saved.  `like`: `model` is a draft for that (loaded) target; it is not
+    timed but starts from the target's curve scaled by the files' sizes,
+    and needs no exact cap."""
     key = model.fingerprint()
     curve, cap = _entry(_read(), key)
-    checked = model.deterministic and cap is None
+    checked = model.deterministic and cap is None and like is None
     if checked:
         cap = exact_cap(model)
-    if curve is None:
-        sizes = DRAFT_SIZES if draft else SIZES
-        if cap is not None:
-            sizes = tuple(n for n in sizes if n <= cap) or (1,)
-        probe = Probe(first_curve(model, sizes), cap)
-    else:
+    if curve is not None:
         probe = Probe(curve, cap, learned=True)
+    elif like is not None and like.curve:
+        ratio = model.size_bytes / max(like.size_bytes, 1)
+        probe = Probe({n: s * ratio for n, s in like.curve.items()}, cap)
+    else:
+        sizes = SIZES if cap is None else tuple(n for n in SIZES if n <= cap) or (1,)
+        probe = Probe(first_curve(model, sizes), cap)
     apply(model, probe)
     if checked or not probe.learned:
         _save(key, probe.curve, cap)
     return probe
+
+
+def recall(path: Path, cfg) -> dict[int, float] | None:
+    """The curve remembered for a model not loaded yet (backend.fingerprint)."""
+    from .backend import fingerprint
+
+    try:
+        return _entry(_read(), fingerprint(Path(path), cfg))[0]
+    except OSError:
+        return None
+
+
+def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: int = 16) -> str | None:
+    """Why a draft model could never pay here, from what earlier runs
+    remembered, before either model loads; None where it could, or where
+    nothing is known yet.  The draft's cost per token is the lower of what
+    it measured and the target's cost scaled by the files' sizes, so a busy
+    spell that slowed the draft once does not keep it out for good."""
+    from ..core.policy import CostModel, can_pay
+
+    curve = recall(target, target_cfg)
+    if not curve or 1 not in curve:
+        return None
+    ratio = Path(draft).stat().st_size / max(Path(target).stat().st_size, 1)
+    d = ratio * curve[1]
+    remembered = recall(draft, draft_cfg)
+    if remembered and 1 in remembered:
+        d = min(d, remembered[1])
+    cost = CostModel.from_timings(curve, k_max + 1)
+    if can_pay(cost, d, k_max, margin=LOAD_MARGIN):
+        return None
+    return (f"a draft token costs {d / curve[1]:.2f} of a target token and a batch of two "
+            f"{cost.c(2) / cost.c(1):.2f} here, so even a draft that is always right would gain "
+            f"less than {LOAD_MARGIN}x")
 
 
 def remember(model: Model) -> None:

@@ -18,3 +18,6 @@ class PairConfig:
     p_min: float = 0.0
     deterministic: bool = False  # the target's numerics: see backend.LoadConfig
     rule: str = "gumbel"         # see engine.GenConfig
+    # hybrid: leave the draft model unloaded where remembered costs say it
+    # can never pay here (the lookup drafts alone); bench keeps it, to compare
+    draft_if_it_pays: bool = True

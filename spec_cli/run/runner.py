@@ -8,12 +8,11 @@ generation on the pair.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from ..llama.backend import LoadConfig, Model
+from ..llama.backend import LoadConfig, Model, vocab_difference
 from ..errors import SpecError
 from .proposers import DraftModel, Hybrid, NoDraft, Proposer
 from .suffix import Lookup
@@ -40,11 +39,11 @@ class Pair:
         name = name or self.config.proposer
         if name not in PROPOSERS:
             raise SpecError(f"unknown proposer {name!r}", hint=f"Choose one of: {', '.join(PROPOSERS)}.")
-        if name in NEEDS_DRAFT and self.draft is None:
+        if name == "draft" and self.draft is None:
             raise SpecError(f"proposer {name} needs a draft model", hint="Pass --draft NAME|PATH.")
         if name == "none":
             return NoDraft()
-        if name == "ngram":
+        if name == "ngram" or self.draft is None:  # hybrid without a draft model (it could not pay)
             return Lookup(store=store)
         assert self.draft is not None
         draft = DraftModel(self.draft, sampling, np.random.default_rng([seed, 1]), p_min=self.config.p_min,
@@ -93,38 +92,43 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
     from ..llama import cpucheck, probe
 
     verdict = cpucheck.verdict(min((p for p in (target_path, draft_path) if p is not None), key=_size))
+    target_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.gpu_layers,
+                            deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts)
     # the draft's numerics decide acceptance, never the output; the same
     # mode as the target's keeps a model drafting for itself always right
-    target, draft, why = _load_both(
-        (target_path, LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.gpu_layers,
-                                 deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts)),
-        draft_path and (draft_path, LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads,
-                                               gpu_layers=cfg.draft_gpu_layers, deterministic=cfg.deterministic,
-                                               extra_bufts=verdict.extra_bufts)))
+    draft_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.draft_gpu_layers,
+                           deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts)
+    notes = [verdict.note] if verdict.note else []
+    if draft_path is not None and cfg.proposer == "hybrid" and cfg.draft_if_it_pays:
+        unpaying = probe.draft_cannot_pay(target_path, target_cfg, draft_path, draft_cfg)
+        if unpaying:
+            notes.append(f"note: {draft_arg} is not loaded: {unpaying}; the lookup drafts alone "
+                         "(--proposer draft runs it anyway)")
+            draft_path = None
+    target, draft, why = _load_both((target_path, target_cfg), draft_path and (draft_path, draft_cfg))
     try:
         if why:
             raise SpecError(f"{draft_arg} cannot draft for {cfg.target}: {why}",
                             hint=_fitting_drafts_hint(cfg.target, registry))
         probe.load(target)  # the cost model's prior: what earlier runs learned (timed briefly the first time)
         if draft is not None:
-            probe.load(draft, draft=True)  # the draft's cost per token
+            probe.load(draft, like=target)  # the draft's cost per token
     except BaseException:
         target.close()
         if draft is not None:
             draft.close()
         raise
-    pair = Pair(target, draft, cfg, draft_arg if draft is not None else None)
-    if verdict.note:
-        pair.notes.append(verdict.note)
-    return pair
+    return Pair(target, draft, cfg, draft_arg if draft is not None else None, notes)
 
 
 def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None]:
-    """Load the target here and, in a thread beside it, the draft and the
-    pair check against the target's vocabulary (llama.cpp releases the GIL
-    while it loads): the draft costs no wait of its own.  Returns the
+    """Load the target here and the draft in a thread beside it (llama.cpp
+    releases the GIL while it loads), so the draft costs no wait of its
+    own; the thread also compares the two files' token arrays.  Returns the
     models and why the draft cannot draft for the target (None: it can)."""
     import threading
+
+    from ..llama.gguf import token_digest
 
     if not draft_args:
         return Model(*target_args), None, None
@@ -133,7 +137,7 @@ def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None
     def load_draft():
         try:
             box["draft"] = Model(*draft_args)
-            box["why"] = _vocab_difference(target_args[0], box["draft"])
+            box["same_tokens"] = token_digest(target_args[0]) == token_digest(draft_args[0]) is not None
         except BaseException as e:  # handed to the main thread
             box["error"] = e
 
@@ -149,10 +153,10 @@ def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None
     thread.join()
     if "error" in box:
         target.close()
-        if "draft" in box:
-            box["draft"].close()
         raise box["error"]
-    return target, box["draft"], box["why"]
+    draft = box["draft"]
+    # byte-identical token arrays: only the cheap checks are left to llama.cpp
+    return target, draft, vocab_difference(target._vocab, draft._vocab, texts=not box["same_tokens"])
 
 
 def _size(path) -> float:
@@ -160,36 +164,6 @@ def _size(path) -> float:
         return path.stat().st_size
     except OSError:
         return float("inf")
-
-
-def _vocab_difference(target_path, draft: Model) -> str | None:
-    """Why `draft` cannot draft for the target file, remembered per pair of
-    files once they match (the check reads every token)."""
-    import json
-
-    from ..files import atomic_write, state_dir
-    from ..llama.backend import Vocab, vocab_difference
-
-    path = state_dir() / "pairs.json"
-    st = Path(target_path).stat()
-    key = f"{Path(target_path).resolve()}|{st.st_size}|{int(st.st_mtime)}||{draft.fingerprint()}"
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
-    if not isinstance(known, dict):
-        known = {}
-    if known.get(key) == "same":
-        return None
-    with Vocab(target_path) as target:
-        why = vocab_difference(target._vocab, draft._vocab)
-    if why is None:
-        known[key] = "same"
-        try:
-            atomic_write(path, json.dumps(known, indent=1))
-        except OSError:
-            pass
-    return why
 
 
 def _suggested_draft(target: str, registry) -> str:

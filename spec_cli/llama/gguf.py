@@ -1,0 +1,83 @@
+"""Just enough of the GGUF header to compare two files' vocabularies
+without loading either: the raw bytes of `tokenizer.ggml.tokens`.
+
+Two files whose token arrays are byte for byte the same have the same text
+for every token id, which is the expensive part of a pair check
+(backend.vocab_difference reads 150 K tokens through llama.cpp); reading
+the array here costs a walk over its string lengths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import struct
+from pathlib import Path
+
+_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # type -> bytes
+_STRING, _ARRAY = 8, 9
+TOKENS = b"tokenizer.ggml.tokens"
+
+
+class _Reader:
+    def __init__(self, buf):
+        self.buf, self.pos = buf, 0
+
+    def u32(self) -> int:
+        (v,) = struct.unpack_from("<I", self.buf, self.pos)
+        self.pos += 4
+        return v
+
+    def u64(self) -> int:
+        (v,) = struct.unpack_from("<Q", self.buf, self.pos)
+        self.pos += 8
+        return v
+
+    def string(self) -> bytes:
+        n = self.u64()
+        s = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return s
+
+    def skip(self, kind: int) -> None:
+        if kind in _SCALAR:
+            self.pos += _SCALAR[kind]
+        elif kind == _STRING:
+            n = self.u64()
+            self.pos += n
+        elif kind == _ARRAY:
+            elem, count = self.u32(), self.u64()
+            if elem in _SCALAR:
+                self.pos += _SCALAR[elem] * count
+            else:
+                for _ in range(count):
+                    self.skip(elem)
+        else:
+            raise ValueError(f"unknown GGUF value type {kind}")
+
+
+def token_digest(path: str | Path) -> tuple[int, str] | None:
+    """(number of tokens, SHA-256 of the token array's bytes), or None where
+    the file has no such array or is not a GGUF this reader knows (v2/v3)."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            r = _Reader(buf)
+            if buf[:4] != b"GGUF" or struct.unpack_from("<I", buf, 4)[0] not in (2, 3):
+                return None
+            r.pos = 8
+            r.u64()  # tensors
+            for _ in range(r.u64()):
+                key, kind = r.string(), r.u32()
+                if key == TOKENS and kind == _ARRAY:
+                    elem, count = r.u32(), r.u64()
+                    if elem != _STRING:
+                        return None
+                    start = r.pos
+                    for _ in range(count):
+                        n = r.u64()
+                        r.pos += n
+                    return count, hashlib.sha256(buf[start:r.pos]).hexdigest()
+                r.skip(kind)
+    except (OSError, ValueError, struct.error):
+        return None
+    return None
