@@ -230,10 +230,10 @@ class Model:
             tokens.insert(0, self.bos)
         return tokens
 
-    def vocab_difference(self, other: "Model") -> str | None:
+    def vocab_difference(self, other: "Model", *, texts: bool = True) -> str | None:
         """Why `other` cannot draft for this model, or None if it can (see
         vocab_difference)."""
-        return vocab_difference(self._vocab, other._vocab)
+        return vocab_difference(self._vocab, other._vocab, texts=texts)
 
     def describe(self) -> dict:
         """What `spec-cli models info` shows, from the GGUF's metadata."""

@@ -209,7 +209,10 @@ def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: in
     curve = recall(target, target_cfg)
     if not curve or 1 not in curve:
         return None
-    ratio = Path(draft).stat().st_size / max(Path(target).stat().st_size, 1)
+    try:
+        ratio = Path(draft).stat().st_size / max(Path(target).stat().st_size, 1)
+    except OSError:
+        return None  # the load will say what is wrong with the file
     d = ratio * curve[1]
     remembered = recall(draft, draft_cfg)
     if remembered and 1 in remembered:

@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..llama.backend import LoadConfig, Model, vocab_difference
+from ..llama.backend import LoadConfig, Model
 from ..errors import SpecError
 from .proposers import DraftModel, Hybrid, NoDraft, Proposer
 from .suffix import Lookup
@@ -156,7 +156,7 @@ def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None
         raise box["error"]
     draft = box["draft"]
     # byte-identical token arrays: only the cheap checks are left to llama.cpp
-    return target, draft, vocab_difference(target._vocab, draft._vocab, texts=not box["same_tokens"])
+    return target, draft, target.vocab_difference(draft, texts=not box["same_tokens"])
 
 
 def _size(path) -> float:
