@@ -108,3 +108,24 @@ def test_a_draft_that_could_never_pay_here_is_not_loaded(state, tmp_path):
     assert why and "0.41 of a target token" in why
     remember({"1": 0.072, "2": 0.105, "4": 0.12, "8": 0.215, "17": 0.33})  # memory-bound: batches are cheap
     assert probe.draft_cannot_pay(target, cfg, draft, cfg) is None
+
+
+def test_the_command_leaves_out_a_draft_that_cannot_pay_and_says_so(smollm_path, spec_env, tmp_path):
+    import subprocess
+    import sys
+
+    from spec_cli.llama.backend import LoadConfig, fingerprint
+
+    state = tmp_path / "state"
+    (state / "spec-cli").mkdir(parents=True)
+    linear = {"1": 0.01, "2": 0.02, "4": 0.04, "8": 0.08, "17": 0.17}  # a batch costs what its tokens do
+    key = fingerprint(smollm_path, LoadConfig())
+    (state / "spec-cli" / "costs.json").write_text(json.dumps({key: {"curve": linear, "verify_cap": None}}))
+    env = dict(spec_env, XDG_STATE_HOME=str(state))
+    args = [sys.executable, "-m", "spec_cli", "generate", "--raw", "-n", "8", "--target", str(smollm_path),
+            "--draft", str(smollm_path), "The capital of France is"]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip(), out.stderr
+    assert "is not loaded" in out.stderr and "lookup drafts alone" in out.stderr
+    out = subprocess.run([*args, "--proposer", "draft"], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "is not loaded" not in out.stderr, out.stderr

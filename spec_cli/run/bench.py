@@ -206,10 +206,10 @@ def problems(sets: list[dict], *, deterministic: bool) -> list[str]:
 
 def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: int | None, gen_base,
               on_progress: Callable[[str], None] | None = None) -> list[dict]:
-    """Run every prompt of every file: target alone, then each variant."""
-    from .proposers import Oracle
+    """Run every prompt of every file: the target alone and each variant,
+    interleaved (on every other prompt the variants that need no reference
+    run before the target alone)."""
     from .runner import prompt_tokens
-    from .suffix import TimedLookup
 
     seed = gen_base.seed or 0
     sets = []
@@ -221,20 +221,36 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
                 on_progress(f"{path.name} {j + 1}/{len(items)} {item['id']}")
             tokens = prompt_tokens(pair.target, item["prompt"], raw=item["kind"] == "completion")
             base_cfg = dataclasses.replace(gen_base, adaptive=False, margins=True)
+            # the references need the target alone's text first; the others run
+            # before it on every other prompt, so no side always has the first turn
+            late = [v for v in variants if v.proposer not in REFERENCES]
+            early = late if j % 2 else []
+            runs = {v.label: _variant(pair, tokens, gen_base, v, seed, None) for v in early}
             base = _one(pair, tokens, base_cfg, pair.new_proposer(gen_base.sampling, seed, name="none"))
             for v in variants:
-                cfg = dataclasses.replace(gen_base, adaptive=v.fixed is None, rule=v.rule,
-                                          draft_max=v.fixed if v.fixed is not None else gen_base.draft_max)
-                prop = (Oracle(base.tokens) if v.proposer == "oracle"
-                        else TimedLookup(base.tokens) if v.proposer == "ngram-oracle"
-                        else pair.new_proposer(gen_base.sampling, seed, name=v.proposer, rule=v.rule,
-                                               clock=gen_base.clock))
-                pairs[v.label].append((base, _one(pair, tokens, cfg, prop)))
+                if v.label not in runs:
+                    runs[v.label] = _variant(pair, tokens, gen_base, v, seed, base)
+                pairs[v.label].append((base, runs[v.label]))
         for v in variants:
             coupled = gen_base.sampling.greedy or v.rule == "gumbel"
             sets.append(summarise(str(path), v.label, pairs[v.label], coupled=coupled))
     add_ceiling_shares(sets)
     return sets
+
+
+REFERENCES = ("oracle", "ngram-oracle")  # variants that draft from the target alone's text
+
+
+def _variant(pair, tokens, gen_base, v: "Variant", seed: int, base: "Run | None") -> "Run":
+    from .proposers import Oracle
+    from .suffix import TimedLookup
+
+    cfg = dataclasses.replace(gen_base, adaptive=v.fixed is None, rule=v.rule,
+                              draft_max=v.fixed if v.fixed is not None else gen_base.draft_max)
+    prop = (Oracle(base.tokens) if v.proposer == "oracle"
+            else TimedLookup(base.tokens) if v.proposer == "ngram-oracle"
+            else pair.new_proposer(gen_base.sampling, seed, name=v.proposer, rule=v.rule, clock=gen_base.clock))
+    return _one(pair, tokens, cfg, prop)
 
 
 def _one(pair, tokens, cfg, proposer) -> Run:

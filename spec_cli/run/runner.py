@@ -90,6 +90,7 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
         draft_path = resolve(draft_arg, registry=registry,
                              progress=progress(draft_arg) if progress else None)
     from ..llama import cpucheck, probe
+    from ..llama.gguf import token_digest
 
     verdict = cpucheck.verdict(min((p for p in (target_path, draft_path) if p is not None), key=_size))
     target_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.gpu_layers,
@@ -101,7 +102,8 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
     notes = [verdict.note] if verdict.note else []
     if draft_path is not None and cfg.proposer == "hybrid" and cfg.draft_if_it_pays:
         unpaying = probe.draft_cannot_pay(target_path, target_cfg, draft_path, draft_cfg)
-        if unpaying:
+        # left out only once it is known to fit (else it loads, and the pair check says why not)
+        if unpaying and token_digest(target_path) == token_digest(draft_path) is not None:
             notes.append(f"note: {draft_arg} is not loaded: {unpaying}; the lookup drafts alone "
                          "(--proposer draft runs it anyway)")
             draft_path = None
