@@ -201,9 +201,11 @@ def recall(path: Path, cfg) -> dict[int, float] | None:
 def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: int = 16) -> str | None:
     """Why a draft model could never pay here, from what earlier runs
     remembered, before either model loads; None where it could, or where
-    nothing is known yet.  The draft's cost per token is the lower of what
-    it measured and the target's cost scaled by the files' sizes, so a busy
-    spell that slowed the draft once does not keep it out for good."""
+    nothing is known yet.  The draft's cost per token is what its drafts
+    measured, else the target's cost scaled by the files' sizes (a small
+    model pays more than its size on a busy or compute-bound CPU: its
+    measured cost is the one to believe; `--proposer draft` measures it
+    again)."""
     from ..core.policy import CostModel, can_pay
 
     curve = recall(target, target_cfg)
@@ -213,10 +215,8 @@ def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: in
         ratio = Path(draft).stat().st_size / max(Path(target).stat().st_size, 1)
     except OSError:
         return None  # the load will say what is wrong with the file
-    d = ratio * curve[1]
     remembered = recall(draft, draft_cfg)
-    if remembered and 1 in remembered:
-        d = min(d, remembered[1])
+    d = remembered[1] if remembered and 1 in remembered else ratio * curve[1]
     cost = CostModel.from_timings(curve, k_max + 1)
     if can_pay(cost, d, k_max, margin=LOAD_MARGIN):
         return None

@@ -18,6 +18,7 @@ class PairConfig:
     p_min: float = 0.0
     deterministic: bool = False  # the target's numerics: see backend.LoadConfig
     rule: str = "gumbel"         # see engine.GenConfig
-    # hybrid: leave the draft model unloaded where remembered costs say it
-    # can never pay here (the lookup drafts alone); bench keeps it, to compare
+    # hybrid drafts from the lookup alone where remembered costs say the draft
+    # model can never pay here; True: it is then not even loaded (bench loads
+    # it, for `--proposer draft`)
     draft_if_it_pays: bool = True

@@ -30,6 +30,9 @@ class Pair:
     config: PairConfig
     draft_name: str | None = None  # as given, or the registry's suggestion
     notes: list[str] = field(default_factory=list)  # one line each, for stderr (how the models loaded)
+    # False where remembered costs say the draft model can never pay here:
+    # hybrid is then the lookup alone (load_pair leaves the draft out unless bench needs it)
+    draft_pays: bool = True
 
     def new_proposer(self, sampling: SamplingConfig, seed: int, *, name: str | None = None,
                      rule: str | None = None, store=None, clock=None) -> Proposer:
@@ -43,8 +46,8 @@ class Pair:
             raise SpecError(f"proposer {name} needs a draft model", hint="Pass --draft NAME|PATH.")
         if name == "none":
             return NoDraft()
-        if name == "ngram" or self.draft is None:  # hybrid without a draft model (it could not pay)
-            return Lookup(store=store)
+        if name == "ngram" or self.draft is None or (name == "hybrid" and not self.draft_pays):
+            return Lookup(store=store)  # hybrid without a draft model that could pay
         assert self.draft is not None
         draft = DraftModel(self.draft, sampling, np.random.default_rng([seed, 1]), p_min=self.config.p_min,
                            rule=rule or self.config.rule, seed=seed)
@@ -100,13 +103,16 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
     draft_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.draft_gpu_layers,
                            deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts)
     notes = [verdict.note] if verdict.note else []
-    if draft_path is not None and cfg.proposer == "hybrid" and cfg.draft_if_it_pays:
+    draft_pays = True
+    if draft_path is not None and cfg.proposer == "hybrid":
         unpaying = probe.draft_cannot_pay(target_path, target_cfg, draft_path, draft_cfg)
         # left out only once it is known to fit (else it loads, and the pair check says why not)
         if unpaying and token_digest(target_path) == token_digest(draft_path) is not None:
-            notes.append(f"note: {draft_arg} is not loaded: {unpaying}; the lookup drafts alone "
-                         "(--proposer draft runs it anyway)")
-            draft_path = None
+            draft_pays = False
+            if cfg.draft_if_it_pays:
+                notes.append(f"note: {draft_arg} is not loaded: {unpaying}; the lookup drafts alone "
+                             "(--proposer draft runs it anyway)")
+                draft_path = None
     target, draft, why = _load_both((target_path, target_cfg), draft_path and (draft_path, draft_cfg))
     try:
         if why:
@@ -120,7 +126,7 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
         if draft is not None:
             draft.close()
         raise
-    return Pair(target, draft, cfg, draft_arg if draft is not None else None, notes)
+    return Pair(target, draft, cfg, draft_arg if draft is not None else None, notes, draft_pays)
 
 
 def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None]:
