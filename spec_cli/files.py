@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -26,3 +27,22 @@ def state_dir() -> Path:
     chat history): $XDG_STATE_HOME/spec-cli, else ~/.local/state/spec-cli."""
     base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
     return Path(base) / "spec-cli"
+
+
+def read_state(name: str) -> dict:
+    """A JSON object spec-cli keeps in its state directory; {} when it is
+    missing, unreadable or not an object (it is only what was learned)."""
+    try:
+        data = json.loads((state_dir() / name).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_state(name: str, data: dict) -> None:
+    """Keep `data` in the state directory; a read-only one only costs
+    learning it again next time."""
+    try:
+        atomic_write(state_dir() / name, json.dumps(data, indent=1))
+    except OSError:
+        pass

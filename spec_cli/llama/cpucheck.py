@@ -23,7 +23,6 @@ is the child.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -38,6 +37,7 @@ FLAGS = {"SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX2": "avx2", "F16C": 
          "BMI2": "bmi2", "AVX_VNNI": "avx_vnni", "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi",
          "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8"}
 TIMEOUT_S = 120
+STATE = "cpu.json"  # in the state directory: build and CPU -> whether the extra buffer types run
 NATIVE_OFF = ('CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON '
               '-DGGML_BMI2=ON -DGGML_AVX512=ON"')  # the AVX512 flag only where the CPU has it
 REBUILD = (f"{NATIVE_OFF} pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36")
@@ -102,11 +102,6 @@ def _key() -> str:
     return hashlib.sha256("|".join([llama_cpp.__version__, *stamp, cpu]).encode()).hexdigest()[:32]
 
 
-def _state() -> Path:
-    from ..files import state_dir
-    return state_dir() / "cpu.json"
-
-
 def _child(model: Path, *, extra_bufts: bool) -> int:
     """Run one small batch in a child; its exit status (negative: a signal)."""
     cmd = [sys.executable, "-m", "spec_cli.llama.cpucheck", str(model)]
@@ -135,13 +130,10 @@ def verdict(model: Path) -> Verdict:
     force_check = os.environ.get("SPEC_CLI_CPU_CHECK") == "1"
     if not force_check and not needs_check(build_features(), cpu_flags()):
         return Verdict(True)
+    from ..files import read_state, write_state
+
     key = _key()
-    try:
-        known = json.loads(_state().read_text())
-    except (OSError, ValueError):
-        known = {}
-    if not isinstance(known, dict):
-        known = {}
+    known = read_state(STATE)
     if key in known and not force_check:
         return Verdict(bool(known[key]), None if known[key] else NOTE)
     code = _child(model, extra_bufts=True)
@@ -157,11 +149,7 @@ def verdict(model: Path) -> Verdict:
                             "another machine?)", hint=f"Rebuild it here: {REBUILD}")
         extra = False
     known[key] = extra
-    from ..files import atomic_write
-    try:
-        atomic_write(_state(), json.dumps(known, indent=1))
-    except OSError:
-        pass
+    write_state(STATE, known)
     return Verdict(extra, None if extra else NOTE)
 
 

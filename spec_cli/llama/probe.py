@@ -26,7 +26,6 @@ configuration tried for the default mode (a developer's tool).
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -120,31 +119,34 @@ def exact_cap(model: Model, limit: int = 16, *, prefixes=CAP_PREFIXES) -> int:
     return best
 
 
+def _capped(sizes, cap: int | None) -> tuple[int, ...]:
+    """The sizes a deterministic model may verify at (all without a cap)."""
+    return tuple(sizes) if cap is None else tuple(n for n in sizes if n <= cap) or (1,)
+
+
 def measure(model: Model, sizes=SIZES) -> Probe:
     """Time the model now (bounded) and, when deterministic, find its cap."""
     saved = list(model.tokens)
     cap = exact_cap(model) if model.deterministic else None
-    if cap is not None:
-        sizes = tuple(n for n in sizes if n <= cap) or (1,)
-    probe = Probe(first_curve(model, sizes), cap)
+    probe = Probe(first_curve(model, _capped(sizes, cap)), cap)
     if saved:
         model.decode(saved)
     return probe
+
+
+STATE = "costs.json"
 
 
 def state_file() -> Path:
     """Measured facts about this machine live with spec-cli's state, not
     its download cache."""
     from ..files import state_dir
-    return state_dir() / "costs.json"
+    return state_dir() / STATE
 
 
 def _read() -> dict:
-    try:
-        data = json.loads(state_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    from ..files import read_state
+    return read_state(STATE)
 
 
 def _entry(known: dict, key: str) -> tuple[dict[int, float] | None, int | None]:
@@ -180,8 +182,7 @@ def load(model: Model, *, like: Model | None = None) -> Probe:
         ratio = model.size_bytes / max(like.size_bytes, 1)
         probe = Probe({n: s * ratio for n, s in like.curve.items()}, cap)
     else:
-        sizes = SIZES if cap is None else tuple(n for n in SIZES if n <= cap) or (1,)
-        probe = Probe(first_curve(model, sizes), cap)
+        probe = Probe(first_curve(model, _capped(SIZES, cap)), cap)
     apply(model, probe)
     if checked or not probe.learned:
         _save(key, probe.curve, cap)
@@ -239,9 +240,11 @@ def remember(model: Model) -> None:
 
 
 def _save(key: str, curve: dict[int, float], cap: int | None) -> None:
+    from ..files import write_state
+
     known = _read()
     known[key] = {"curve": {str(n): round(s, 6) for n, s in sorted(curve.items())}, "verify_cap": cap}
-    _write_json(state_file(), known)
+    write_state(STATE, known)
 
 
 def apply(model: Model, probe: Probe) -> None:
@@ -254,15 +257,6 @@ def ensure(model: Model) -> dict[int, float]:
     if model.curve is None:
         apply(model, measure(model))
     return model.curve
-
-
-def _write_json(path: Path, data) -> None:
-    from ..files import atomic_write
-
-    try:
-        atomic_write(path, json.dumps(data, indent=1))
-    except OSError:
-        pass  # a read-only state directory only costs the timing next time
 
 
 # -- which numerics are fastest here (a developer's tool) --------------------
