@@ -92,3 +92,98 @@ def test_choose_is_greedy_at_temperature_zero_and_respects_filters():
     top2 = SamplingConfig(temperature=1.0, top_k=2)
     picks = {choose(logits, top2, s, p) for s in range(200) for p in range(3)}
     assert picks == {1, 2}
+
+
+# -- the fast path against the plain one (tests/reference_sampling.py) ------
+
+import reference_sampling as reference  # noqa: E402
+from spec_cli.core import sampling as fast  # noqa: E402
+
+SETTINGS = [SamplingConfig(),
+            SamplingConfig(temperature=1.0),                                   # full vocabulary
+            SamplingConfig(temperature=0.8, top_p=0.95),
+            SamplingConfig(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),  # llama.cpp's defaults
+            SamplingConfig(temperature=1.5),
+            SamplingConfig(temperature=2.0, min_p=0.01),
+            SamplingConfig(temperature=0.7, top_k=5),
+            SamplingConfig(temperature=1.2, top_k=3000, top_p=0.99)]
+
+
+@pytest.fixture(scope="module")
+def real_rows(smollm_fast):
+    """Real logit rows: a prompt's and a few generated positions'."""
+    m = smollm_fast
+    m.reset()
+    prompt = m.tokenize("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:")
+    rows = [m.decode(prompt, logits_from=0)]
+    for _ in range(6):
+        rows.append(m.decode([int(np.argmax(rows[-1][-1]))], logits_from=0))
+    m.reset()
+    return np.concatenate(rows)
+
+
+@pytest.mark.parametrize("head_cap", [fast.HEAD_CAP, 32])
+def test_fast_choice_is_the_reference_choice_on_real_rows(real_rows, monkeypatch, head_cap):
+    """Same q, same token for every seed, position and setting; with a small
+    head the two-stage path (a tail block wins, then a token in it) runs too."""
+    monkeypatch.setattr(fast, "HEAD_CAP", head_cap)
+    tail_wins = 0
+    for cfg in SETTINGS:
+        for r, row in enumerate(real_rows):
+            assert np.allclose(fast.probs(row, cfg), reference.probs(row, cfg)[0], rtol=1e-6, atol=1e-12), cfg
+            for seed in range(4):
+                want, via_tail = reference.traced(row, cfg, seed, r)
+                assert fast.choose(row, cfg, seed, r) == want, (cfg, r, seed)
+                assert fast.decide(row, cfg, seed, r)[0] == want
+                tail_wins += via_tail
+    if head_cap == 32:
+        assert tail_wins > 20  # the tail's path was exercised, not only the head's
+
+
+def test_choose_from_probs_is_the_same_choice(real_rows):
+    cfg = SamplingConfig(temperature=1.0, top_p=0.9)
+    for r, row in enumerate(real_rows[:10]):
+        q = fast.probs(row, cfg)
+        assert all(fast.choose_from_probs(q, s, r) == fast.choose(row, cfg, s, r) for s in range(5))
+
+
+def _two_stage_case(monkeypatch):
+    """A 6,000-token q whose tail (outside an 8-token head) holds ~40 % of
+    the mass, in three blocks."""
+    monkeypatch.setattr(fast, "HEAD_CAP", 8)
+    monkeypatch.setattr(fast, "BLOCK", 2048)
+    rng = np.random.default_rng(3)
+    logits = rng.normal(0.0, 1.0, 6000)
+    logits[rng.choice(6000, 8, replace=False)] += 7.0
+    q = reference.probs(logits, SamplingConfig(temperature=1.0))[0]
+    head = np.argsort(-q)[:8]
+    bucket = {int(t): ("head", int(t)) for t in head}
+    lows = np.median(logits)
+
+    def cell(t):  # a head token alone; a tail token by block and half of the logits
+        return bucket.get(t, ("tail", t // 2048, bool(logits[t] > lows)))
+    expected: dict = {}
+    for t, p in enumerate(q):
+        expected[cell(t)] = expected.get(cell(t), 0.0) + p
+    assert 0.2 < sum(p for k, p in expected.items() if k[0] == "tail") < 0.6
+    return logits, cell, expected
+
+
+def test_two_stage_choice_is_an_exact_sample(monkeypatch):
+    """Gumbel-max over head tokens and tail blocks, then within the block:
+    the draws follow q over the head tokens and over the tail's blocks and
+    logit ranges; dropping the tail (a top-k of the head) must fail."""
+    from collections import Counter
+
+    from stat_helpers import chi2_fits
+
+    logits, cell, expected = _two_stage_case(monkeypatch)
+    n = 4000
+    full = SamplingConfig(temperature=1.0)
+    counts = Counter(cell(fast.choose(logits, full, s, 0)) for s in range(n))
+    fits, stat, crit = chi2_fits(counts, expected, n)
+    assert fits, f"chi2 {stat:.1f} > {crit:.1f}"
+    head_only = SamplingConfig(temperature=1.0, top_k=8)
+    counts = Counter(cell(fast.choose(logits, head_only, s, 0)) for s in range(n))
+    fits, stat, crit = chi2_fits(counts, expected, n)
+    assert not fits, f"a sampler without the tail passed: chi2 {stat:.1f} <= {crit:.1f}"

@@ -1,63 +1,144 @@
-"""Logits -> probabilities, applied identically to the draft and the target.
+"""Logits -> the target distribution q, and the seeded choice from it.
 
-Pure numpy, no I/O.  Every function takes logits rows of shape (n, V) (or a
-single row of shape (V,)) and returns float64 probabilities of the same shape
-that sum to one per row.
-
-The transform, in order:
+Pure numpy, no I/O.  The transform, in order (llama.cpp's samplers, as
+llama-server runs them):
   1. temperature 0  -> one-hot on the argmax (greedy); nothing else applies.
   2. divide logits by the temperature, softmax.
   3. top-k: keep the k most probable tokens (0 = off).
-  4. top-p: keep the smallest set whose mass reaches p (1.0 = off).
+  4. top-p: keep the smallest set whose mass reaches p (1.0 = off),
+     the mass counted over what top-k kept.
   5. min-p: drop tokens below min_p x the top probability (0.0 = off).
   6. renormalise.
+
+The host pays for this on every drafted token and every verified row, so
+nothing here touches the whole vocabulary more than once, and usually not
+at all: each filter is a threshold on the logits, so the candidates are
+found by a comparison (top-k and min-p) or a window widened until it holds
+the top-p mass, and everything after that -- softmax, the Gumbel choice --
+is done over the candidates alone.  Only top-p without top-k, and sampling
+over the full vocabulary, need the softmax's sum over every token: one
+vectorised float32 pass.  `probs` gives the same q as a dense row (the
+residual rule and the tests use it).
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from .config import SamplingConfig
 
-__all__ = ["SamplingConfig", "probs", "sample", "choose", "choose_from_probs", "gumbel", "margin"]
+__all__ = ["SamplingConfig", "Dist", "dist", "probs", "sample", "choose", "decide", "choose_from_probs",
+           "gumbel", "margin"]
+
+# logit windows (in logits) tried, narrowest first, for the candidates of
+# top-k and top-p: the first that holds enough is the only part read further
+_WINDOWS = (4.0, 8.0, 16.0, 32.0, math.inf)
+# the seeded choice scores at most this many tokens one by one (see _pick)
+HEAD_CAP = 2048
+HEAD_NATS = (24.0, 16.0, 12.0, 8.0, 4.0, 0.0)
+BLOCK = 2048                  # tail tokens are grouped by id in blocks this wide
+_BLOCK_ID = 1 << 40           # noise key of tail block b: _BLOCK_ID + b (never a token id)
+_CONFIDENCE_WINDOW = 12.0     # greedy confidence: tokens this far below the top are left out
+
+
+@dataclass(frozen=True)
+class Dist:
+    """q for one row, without a dense copy.  z = logit / T - max / T for
+    every token; `ids` are the tokens q keeps (None: every one), `log_z`
+    is log sum exp(z) over them, so log q = z - log_z."""
+
+    x: np.ndarray                 # the logits row as given (float32 or float64)
+    temperature: float
+    top: int                      # the argmax (always kept)
+    m: float                      # its logit
+    ids: np.ndarray | None
+    z: np.ndarray | None          # z of `ids` (float64); None when ids is None
+    log_z: float
+    e: np.ndarray | None = None   # exp(z) of every token (float32), when ids is None
+
+    def z_of(self, ids: np.ndarray) -> np.ndarray:
+        return self.x[ids].astype(np.float64) / self.temperature - self.m / self.temperature
+
+    @property
+    def q_top(self) -> float:
+        return math.exp(-self.log_z)
+
+
+def dist(logits: np.ndarray, cfg: SamplingConfig) -> Dist:
+    """q of one logits row under `cfg` (not greedy)."""
+    x = np.asarray(logits)
+    if x.dtype != np.float32 and x.dtype != np.float64:
+        x = x.astype(np.float32)
+    t = cfg.temperature
+    top = int(np.argmax(x))
+    m = float(x[top])
+    vocab = x.shape[-1]
+    ids = None          # the set top-k and top-p leave (None: every token)
+    if 0 < cfg.top_k < vocab:
+        ids = _window(x, m, lambda w: len(w) >= cfg.top_k)
+        if len(ids) > cfg.top_k:  # the k-th largest; ties at the threshold are kept
+            vals = x[ids]
+            kth = np.partition(vals, len(vals) - cfg.top_k)[len(vals) - cfg.top_k]
+            ids = ids[vals >= kth]
+    e = None
+    if cfg.top_p < 1.0:
+        if ids is None:  # the mass is counted over every token: one pass for the sum
+            e = np.exp((x - np.float32(m)) * np.float32(1.0 / t), dtype=np.float32)
+            total = float(e.sum(dtype=np.float64))
+            ids = _window(x, m, lambda w: _mass(x, w, m, t) >= cfg.top_p * total)
+        else:
+            total = _mass(x, ids, m, t)
+        z = x[ids].astype(np.float64) / t - m / t
+        order = np.argsort(-z, kind="stable")
+        sorted_p = np.exp(z[order]) / total
+        # keep a token if the mass *before* it is still below top_p
+        ids = np.sort(ids[order[(np.cumsum(sorted_p) - sorted_p) < cfg.top_p]])
+    if cfg.min_p > 0.0:  # p >= min_p * p_max, as a threshold on the logits
+        floor = m + t * math.log(cfg.min_p)
+        ids = np.flatnonzero(x >= floor) if ids is None else ids[x[ids] >= floor]
+    if ids is None:
+        if e is None:
+            e = np.exp((x - np.float32(m)) * np.float32(1.0 / t), dtype=np.float32)
+        return Dist(x, t, top, m, None, None, math.log(float(e.sum(dtype=np.float64))), e)
+    z = x[ids].astype(np.float64) / t - m / t
+    zmax = z.max()
+    return Dist(x, t, top, m, ids, z, float(zmax + math.log(np.exp(z - zmax).sum())))
+
+
+def _window(x: np.ndarray, m: float, enough) -> np.ndarray:
+    """The tokens within the narrowest logit window below the top that is
+    `enough`; each try is one comparison over the row."""
+    for w in _WINDOWS:
+        ids = np.flatnonzero(x >= m - w) if w != math.inf else np.arange(x.shape[-1])
+        if enough(ids):
+            return ids
+    return ids
+
+
+def _mass(x: np.ndarray, ids: np.ndarray, m: float, t: float) -> float:
+    return float(np.exp(x[ids].astype(np.float64) / t - m / t).sum())
 
 
 def probs(logits: np.ndarray, cfg: SamplingConfig) -> np.ndarray:
-    """Probabilities for each row of `logits` under `cfg` (float64)."""
-    x = np.asarray(logits, dtype=np.float64)
+    """q as dense float64 rows, for each row of `logits` (n, V) or (V,)."""
+    x = np.asarray(logits)
     single = x.ndim == 1
     x = np.atleast_2d(x)
-    if cfg.greedy:
-        out = np.zeros_like(x)
-        out[np.arange(x.shape[0]), np.argmax(x, axis=-1)] = 1.0
-        return out[0] if single else out
-
-    z = x / cfg.temperature
-    z -= z.max(axis=-1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(axis=-1, keepdims=True)
-    vocab = p.shape[-1]
-
-    if 0 < cfg.top_k < vocab:
-        # k-th largest per row; ties at the threshold are kept.
-        kth = np.partition(p, vocab - cfg.top_k, axis=-1)[:, vocab - cfg.top_k][:, None]
-        p = np.where(p >= kth, p, 0.0)
-
-    if cfg.top_p < 1.0:
-        order = np.argsort(-p, axis=-1, kind="stable")
-        sorted_p = np.take_along_axis(p, order, axis=-1)
-        mass = np.cumsum(sorted_p, axis=-1) / sorted_p.sum(axis=-1, keepdims=True)
-        # keep a token if the mass *before* it is still below top_p
-        keep_sorted = (mass - sorted_p / sorted_p.sum(axis=-1, keepdims=True)) < cfg.top_p
-        keep = np.zeros_like(keep_sorted)
-        np.put_along_axis(keep, order, keep_sorted, axis=-1)
-        p = np.where(keep, p, 0.0)
-
-    if cfg.min_p > 0.0:
-        p = np.where(p >= cfg.min_p * p.max(axis=-1, keepdims=True), p, 0.0)
-
-    p /= p.sum(axis=-1, keepdims=True)
-    return p[0] if single else p
+    out = np.zeros(x.shape, dtype=np.float64)
+    for r, row in enumerate(x):
+        if cfg.greedy:
+            out[r, int(np.argmax(row))] = 1.0
+            continue
+        d = dist(row, cfg)
+        if d.ids is None:  # every token: in float64, as the residual rule subtracts rows
+            e = np.exp(d.z_of(slice(None)))
+            out[r] = e / e.sum()
+        else:
+            out[r, d.ids] = np.exp(d.z - d.log_z)
+    return out[0] if single else out
 
 
 def sample(p: np.ndarray, rng: np.random.Generator) -> int:
@@ -75,12 +156,21 @@ def sample(p: np.ndarray, rng: np.random.Generator) -> int:
 # target's distribution there only: whoever drafted, the same seed gives the
 # same text (Daliri, Musco, Suresh 2024, "Coupling without Communication and
 # Drafter-Invariant Speculative Decoding").  Greedy is the zero-noise case.
+#
+# Scoring every one of 150,000 tokens costs milliseconds, so where q keeps
+# more than HEAD_CAP tokens the choice is made in two stages, exactly: the
+# head -- the tokens within the widest of HEAD_NATS of the top that holds at
+# most HEAD_CAP -- is scored token by token, and the rest of q (the tail) in
+# blocks of BLOCK token ids, each block scored as one item with its total
+# mass and its own noise.  Gumbel-max over the head tokens and the tail
+# blocks picks a token or a block with exactly its probability; a block
+# that wins is opened and Gumbel-max over its tokens, with their own noise
+# (independent of the block's), picks within it in proportion to q.  So the
+# result is an exact sample from q, the same function of (q, seed, position)
+# for the draft and the target, and the tail is read only when it wins.
 
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
-# A token whose log-probability is this far below the top one can never win:
-# Gumbel noise from 53-bit uniforms lies within [-3.62, 36.74].
-_HOPELESS = 41.0
 
 
 def _mix_int(x: int) -> int:
@@ -104,35 +194,94 @@ def gumbel(seed: int, pos: int, tokens: np.ndarray) -> np.ndarray:
     return -np.log(-np.log(u))
 
 
-def scores(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> tuple[np.ndarray, np.ndarray]:
-    """(token ids, log q + Gumbel noise) for the tokens that can win at
-    output position `pos`: those left after top-k/top-p/min-p, less those
-    too improbable for any noise to lift to the top."""
+def _pick(d: Dist, seed: int, pos: int) -> tuple[int, float]:
+    """(token, margin in perturbed log-probability) of the seeded choice."""
+    if d.ids is not None and len(d.ids) <= HEAD_CAP:
+        return _best(d.ids, d.z - d.log_z + gumbel(seed, pos, d.ids))
+    # the head: the widest window that holds at most HEAD_CAP candidates
+    for nats in HEAD_NATS:
+        if d.ids is None:
+            inside = d.x >= d.m - nats * d.temperature
+            if np.count_nonzero(inside) <= HEAD_CAP or nats == 0.0:
+                head = np.flatnonzero(inside)
+                zh = d.z_of(head)
+                break
+        else:
+            inside = d.z >= -nats
+            if np.count_nonzero(inside) <= HEAD_CAP or nats == 0.0:
+                head, zh = d.ids[inside], d.z[inside]
+                break
+    # the tail's mass by block of ids
+    if d.ids is None:
+        tail_e = d.e.copy()
+        tail_e[head] = 0.0
+        full = len(tail_e) // BLOCK * BLOCK  # pairwise sums, block by block
+        mass = np.concatenate([tail_e[:full].reshape(-1, BLOCK).sum(axis=1, dtype=np.float64),
+                               [tail_e[full:].sum(dtype=np.float64)]])
+    else:
+        outside = ~inside
+        mass = np.bincount(d.ids[outside] // BLOCK, weights=np.exp(d.z[outside]),
+                           minlength=int(d.ids[-1]) // BLOCK + 1)
+    blocks = np.flatnonzero(mass > 0.0)
+    s_head = zh - d.log_z + gumbel(seed, pos, head)
+    s_blocks = np.log(mass[blocks]) - d.log_z + gumbel(seed, pos, blocks + _BLOCK_ID)
+    items = np.concatenate([head, blocks + _BLOCK_ID])
+    item, margin = _best(items, np.concatenate([s_head, s_blocks]))
+    if item < _BLOCK_ID:
+        return item, margin
+    b = item - _BLOCK_ID  # the tail won: open its block
+    lo, hi = b * BLOCK, (b + 1) * BLOCK
+    if d.ids is None:
+        members = np.arange(lo, min(hi, d.x.shape[-1]))
+        members = members[np.isin(members, head, invert=True)]
+        zm = d.z_of(members)
+    else:
+        sel = outside & (d.ids >= lo) & (d.ids < hi)
+        members, zm = d.ids[sel], d.z[sel]
+    token, _ = _best(members, zm + gumbel(seed, pos, members))
+    return token, margin
+
+
+def _best(ids: np.ndarray, s: np.ndarray) -> tuple[int, float]:
+    i = int(np.argmax(s))
+    if len(s) < 2:
+        return int(ids[i]), math.inf
+    top2 = np.partition(s, -2)[-2:]
+    return int(ids[i]), float(top2[1] - top2[0])
+
+
+def decide(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> tuple[int, float]:
+    """(the token at output position `pos`, q's top probability there): the
+    seeded choice, and how sure the distribution is (a draft's stopping
+    signal).  Greedy: the argmax, and the softmax's top probability over the
+    tokens within 12 logits of it (each token further counts < 1e-5 of
+    the top: a stopping signal, not a probability anything is drawn from)."""
+    x = np.asarray(logits)
     if cfg.greedy:
-        top = int(np.argmax(logits))
-        return np.array([top]), np.array([float(logits[top])])
-    return scores_from_probs(probs(logits, cfg), seed, pos)
-
-
-def scores_from_probs(q: np.ndarray, seed: int, pos: int) -> tuple[np.ndarray, np.ndarray]:
-    """`scores` for a probability row already computed."""
-    ids = np.flatnonzero(q)
-    logq = np.log(q[ids])
-    live = logq >= logq.max() - _HOPELESS
-    ids, logq = ids[live], logq[live]
-    return ids, logq + gumbel(seed, pos, ids)
+        top = int(np.argmax(x))
+        m = x[top]
+        near = x[x >= m - _CONFIDENCE_WINDOW]
+        return top, float(1.0 / np.exp(near - m).sum(dtype=np.float64))
+    d = dist(x, cfg)
+    return _pick(d, seed, pos)[0], d.q_top
 
 
 def choose(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> int:
-    """The token at output position `pos`: argmax of log q + G(seed, pos, .)
-    -- an exact sample from q, fixed by the seed; the argmax when greedy."""
-    ids, s = scores(logits, cfg, seed, pos)
-    return int(ids[np.argmax(s)])
+    """The token at output position `pos`: the seeded Gumbel-max choice from
+    q -- an exact sample, fixed by the seed; the argmax when greedy."""
+    if cfg.greedy:
+        return int(np.argmax(logits))
+    return _pick(dist(logits, cfg), seed, pos)[0]
 
 
 def choose_from_probs(q: np.ndarray, seed: int, pos: int) -> int:
-    ids, s = scores_from_probs(q, seed, pos)
-    return int(ids[np.argmax(s)])
+    """`choose` for a probability row already computed (the same choice)."""
+    ids = np.flatnonzero(q)
+    logq = np.log(q[ids])
+    top = float(logq.max())
+    z = logq - top
+    return _pick(Dist(np.log(np.maximum(q, 1e-300)), 1.0, int(ids[np.argmax(logq)]), top,
+                      ids, z, math.log(float(np.exp(z).sum()))), seed, pos)[0]
 
 
 def margin(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> float:
@@ -142,8 +291,4 @@ def margin(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> floa
     if cfg.greedy:
         top2 = np.partition(np.asarray(logits, dtype=np.float64), -2)[-2:]
         return float(top2[1] - top2[0])
-    _, s = scores(logits, cfg, seed, pos)
-    if len(s) < 2:
-        return float("inf")
-    top2 = np.partition(s, -2)[-2:]
-    return float((top2[1] - top2[0]) * cfg.temperature)
+    return _pick(dist(logits, cfg), seed, pos)[1] * cfg.temperature
