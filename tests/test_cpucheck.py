@@ -9,7 +9,6 @@ where the extra buffer types are on: the decision and its fallback are the
 real code."""
 
 import json
-import os
 import subprocess
 import sys
 

@@ -42,7 +42,7 @@ def first_two(model, draft_model, prompt, n, seed0, rule="residual"):
     counts = Counter()
     for i in range(n):
         seed = seed0 + i
-        prop = DraftModel(draft_model, DRAFT, np.random.default_rng([seed, 1]), rule=rule, seed=seed)
+        prop = DraftModel(draft_model, sampling=DRAFT)  # a draft distribution of its own
         cfg = GenConfig(sampling=TARGET, max_tokens=3, draft_max=2, seed=seed, adaptive=False, rule=rule)
         toks = [t for s in generate(model, prop, prompt, cfg) for t in s.tokens]
         counts[tuple(toks[:2])] += 1

@@ -2,7 +2,6 @@
 of earlier outputs: pure logic (a fake vocabulary stands in for a model
 only to check the token layout)."""
 
-import pytest
 
 from spec_cli.run.editor import EditorStops, cursor_indent, fim_prompt
 from spec_cli.run.suffix import Lookup, Store

@@ -23,7 +23,7 @@ def run(model, proposer, prompt, **kw):
 def test_self_draft_accepts_every_greedy_token(smollm, smollm_draft, own_prompts):
     for item in own_prompts[:3]:
         prompt = smollm.tokenize(item["prompt"])
-        prop = DraftModel(smollm_draft, GREEDY, np.random.default_rng(0))
+        prop = DraftModel(smollm_draft)
         _, _, steps = run(smollm, prop, prompt, max_tokens=48, draft_max=5)
         drafted = sum(s.drafted for s in steps)
         assert drafted > 0
@@ -34,7 +34,7 @@ def test_greedy_proposers_match_the_target_alone(smollm, smollm_draft, own_promp
     for item in own_prompts:
         prompt = smollm.tokenize(item["prompt"])
         base, base_text, _ = run(smollm, NoDraft(), prompt, max_tokens=40)
-        for prop in (Lookup(), DraftModel(smollm_draft, GREEDY, np.random.default_rng(0))):
+        for prop in (Lookup(), DraftModel(smollm_draft)):
             toks, text, _ = run(smollm, prop, prompt, max_tokens=40, draft_max=6)
             assert toks == base, (item["id"], prop.name)
             assert text == base_text
@@ -42,7 +42,7 @@ def test_greedy_proposers_match_the_target_alone(smollm, smollm_draft, own_promp
 
 def test_steps_say_which_tokens_the_draft_wrote(smollm, smollm_draft):
     prompt = smollm.tokenize("The capital of France is")
-    prop = DraftModel(smollm_draft, GREEDY, np.random.default_rng(0))
+    prop = DraftModel(smollm_draft)
     _, _, steps = run(smollm, prop, prompt, max_tokens=20, draft_max=4)
     for s in steps:
         assert len(s.from_draft) == len(s.tokens)
@@ -57,7 +57,7 @@ def test_same_seed_same_output_at_temperature(smollm, smollm_draft):
     hot = SamplingConfig(temperature=0.9, top_p=0.95)
 
     def sample(seed):
-        prop = DraftModel(smollm_draft, hot, np.random.default_rng([seed, 1]))
+        prop = DraftModel(smollm_draft)
         return run(smollm, prop, prompt, max_tokens=30, seed=seed, sampling=hot)[0]
 
     a, b, c = sample(11), sample(11), sample(12)
@@ -144,9 +144,35 @@ def test_a_draft_model_never_chosen_never_reads_the_prompt(smollm, smollm_draft)
     smollm_draft.curve = {1: 10.0, 2: 20.0}  # ten seconds a token
     try:
         prompt = smollm.tokenize("def add(a, b):\n    return a + b\n\ndef sub(a, b):")
-        prop = DraftModel(smollm_draft, GREEDY, np.random.default_rng(0))
+        prop = DraftModel(smollm_draft)
         _, _, steps = run(smollm, prop, prompt, max_tokens=30, adaptive=True)
         assert len(steps) == 30 and all(s.drafted == 0 for s in steps)
         assert smollm_draft.tokens == []  # its KV cache never saw a token
     finally:
         smollm_draft.curve = saved
+
+
+def test_a_kept_proposer_drafts_with_each_generations_seed(smollm, smollm_draft):
+    """chat keeps one proposer for the conversation and runs turn n with seed
+    + n: the rule and the draft get the same decoding state each time, so a
+    later turn accepts what a fresh proposer on the same prompt, settings and
+    seed accepts (a model drafting for itself: everything), with the same
+    text.  Each step also says what the host cost it."""
+    from dataclasses import replace
+
+    from spec_cli.run.config import PairConfig
+    from spec_cli.run.runner import Pair
+
+    hot = SamplingConfig(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+    pair = Pair(smollm, smollm_draft, PairConfig(target="smollm2-135m", proposer="draft"))
+    prompt = smollm.tokenize("Write a short poem about the sea.")
+    kept = pair.new_proposer()
+    first = GenConfig(sampling=hot, max_tokens=24, draft_max=4, adaptive=False, seed=100)
+    list(generate(smollm, kept, prompt, first))
+    turn = replace(first, seed=101)
+    later = list(generate(smollm, kept, prompt, turn))
+    fresh = list(generate(smollm, pair.new_proposer(), prompt, turn))
+    assert [t for s in later for t in s.tokens] == [t for s in fresh for t in s.tokens]
+    drafted = sum(s.drafted for s in later)
+    assert drafted > 0 and sum(s.accepted for s in later) == sum(s.accepted for s in fresh) == drafted
+    assert all(0 < s.host_s <= s.draft_s + s.verify_s and 0 <= s.host_draft_s <= s.host_s for s in later)

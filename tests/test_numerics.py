@@ -76,7 +76,7 @@ def check_divergences_are_near_ties(target, draft_model, items, sampling=Samplin
     parted = []
     for prompt in items:
         base = run_with_margins(target, prompt, max_tokens=n, sampling=sampling, seed=3)
-        for prop in (Lookup(), DraftModel(draft_model, sampling, np.random.default_rng(0), seed=3)):
+        for prop in (Lookup(), DraftModel(draft_model)):
             out = run(target, prop, prompt, max_tokens=n, draft_max=8, adaptive=False, sampling=sampling, seed=3)
             m = divergence(base, Run(out))
             if m is not None:
@@ -98,7 +98,7 @@ def test_deterministic_identity_for_every_proposer(smollm, smollm_draft, own_pro
         base = run(smollm, NoDraft(), prompt, max_tokens=40, sampling=sampling, seed=11)
 
         def draft():
-            return DraftModel(smollm_draft, sampling, np.random.default_rng(0), seed=11)
+            return DraftModel(smollm_draft)
 
         for prop, adaptive in ((Lookup(), False), (draft(), False), (Hybrid(Lookup(), draft()), True)):
             out = run(smollm, prop, prompt, max_tokens=40, draft_max=6, adaptive=adaptive,
@@ -111,8 +111,8 @@ def test_same_seed_same_text_however_the_cost_model_decides(smollm, smollm_draft
     prompt = smollm.tokenize("Name three uses of a hash map.")
     texts = []
     for prop, kw in ((NoDraft(), {}),
-                     (DraftModel(smollm_draft, HOT, np.random.default_rng(5), seed=7), {"adaptive": False}),
-                     (DraftModel(smollm_draft, HOT, np.random.default_rng(6), seed=7), {"draft_max": 3}),
+                     (DraftModel(smollm_draft), {"adaptive": False}),
+                     (DraftModel(smollm_draft), {"draft_max": 3}),
                      (Lookup(), {"adaptive": False})):
         texts.append(run(smollm, prop, prompt, max_tokens=40, sampling=HOT, seed=7, **kw))
     assert all(t == texts[0] for t in texts)

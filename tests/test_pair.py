@@ -3,7 +3,6 @@
 token-for-token the target alone's, greedy and seeded; with the default
 numerics (`target_fast`) every divergence is at a near-tie."""
 
-import numpy as np
 import pytest
 
 from spec_cli.run.engine import GenConfig, generate
@@ -35,7 +34,7 @@ def check_identical(target, draft, items, sampling=SamplingConfig(), seed=0):
         assert len(base) > 0
 
         def model():
-            return DraftModel(draft, sampling, np.random.default_rng(0), seed=seed)
+            return DraftModel(draft)
 
         runs = [(model(), fixed), (Lookup(), fixed), (Hybrid(Lookup(), model()), adaptive)]
         for prop, cfg in runs:

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..run.config import PairConfig
-from .common import (load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
+from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, MinP, PMin, ProposerName, Quiet, Rule, Seed,
                      Target, Temp, Threads, TopK, TopP, print_coloured, run_session, stdout_write)
 
@@ -22,7 +22,7 @@ CHAT_HELP = "/reset  /stats  /save FILE  /exit  -- Ctrl-C stops a reply, Ctrl-D 
 def chat(
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
     system: Annotated[Optional[str], typer.Option("--system", help="System message for the conversation.")] = None,
-    temp: Temp = 0.0, top_k: TopK = 0, top_p: TopP = 1.0, min_p: MinP = 0.0, seed: Seed = None,
+    temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P, seed: Seed = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens per reply.")] = 1024,
     draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
     ctx: Ctx = 4096, threads: Threads = 0, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
@@ -69,7 +69,7 @@ class _Chat:
         self.pair, self.base, self.label, self.target, self.quiet = pair, base, label, target, quiet
         self.messages = list(base)
         self.total, self.gen, self.turns = total, gen, 0
-        self.proposer = pair.new_proposer(gen.sampling, gen.seed)  # one for the conversation: its index carries over
+        self.proposer = pair.new_proposer()  # one for the conversation: its index carries over
 
     def command(self, line: str) -> bool:
         """A slash command; False ends the chat."""

@@ -15,7 +15,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from ..core.config import SamplingConfig
+from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingConfig
 from ..errors import SpecError
 from ..run.config import PairConfig
 
@@ -31,10 +31,11 @@ ProposerName = Annotated[str, typer.Option("--proposer", help="hybrid (n-gram lo
 Fixed = Annotated[bool, typer.Option("--fixed-draft",
                                      help="Always draft --draft-max tokens (no cost model; for comparisons).")]
 Temp = Annotated[float, typer.Option("--temp", min=0.0, help="Temperature; 0 is greedy.")]
-TopK = Annotated[int, typer.Option("--top-k", min=0, help="Keep the k most likely tokens (0 = off).")]
+TopK = Annotated[int, typer.Option("--top-k", min=0, help="Keep the k most likely tokens (0 = off). "
+                                                          "The defaults are llama.cpp's; they apply at --temp > 0.")]
 TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (1 = off).")]
 MinP = Annotated[float, typer.Option("--min-p", min=0.0, max=1.0,
-                                     help="Drop tokens below min_p x the top probability.")]
+                                     help="Drop tokens below min_p x the top probability (0 = off).")]
 Seed = Annotated[Optional[int], typer.Option("--seed", help="Random seed: it fixes the text, whatever was "
                                                             "drafted (default: a fresh one, reported with --json).")]
 DraftMax = Annotated[int, typer.Option("--draft-max", min=0, help="Most tokens drafted per step (the cost "
@@ -73,7 +74,8 @@ def load(cfg: PairConfig, *, quiet: bool):
     return pair
 
 
-def sampling(temp: float, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> SamplingConfig:
+def sampling(temp: float, top_k: int = DEFAULT_TOP_K, top_p: float = DEFAULT_TOP_P,
+             min_p: float = DEFAULT_MIN_P) -> SamplingConfig:
     try:
         return SamplingConfig(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p)
     except ValueError as e:

@@ -17,7 +17,7 @@ import typer
 
 from ..errors import SpecError
 from ..run.config import PairConfig
-from .common import (load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
+from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, MinP, ProposerName, Quiet, Rule, Seed, Target, Temp,
                      Threads, TopK, TopP, read_file, run_session, stdout_write)
 
@@ -27,7 +27,7 @@ def complete(
                                                                               "from a file.")] = None,
     suffix: Annotated[Optional[str], typer.Option("--suffix", help="The text after the cursor.")] = None,
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
-    temp: Temp = 0.0, top_k: TopK = 0, top_p: TopP = 1.0, min_p: MinP = 0.0, seed: Seed = None,
+    temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P, seed: Seed = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens to generate.")] = 128,
     max_lines: Annotated[int, typer.Option("--max-lines", min=0,
                                            help="Stop after this many lines (0 = no limit).")] = 0,
@@ -98,7 +98,7 @@ def _complete_here(prefix: str, after: str, stops, cfg: PairConfig, samp, *, max
         if not fim.fim and not quiet:
             render.note(f"{cfg.target} has no fill-in-the-middle tokens: continuing the prefix, "
                         "the suffix is not used")
-        out = run_session(Session(pair, fim.tokens, gen, pair.new_proposer(gen.sampling, gen.seed), stops=stops),
+        out = run_session(Session(pair, fim.tokens, gen, pair.new_proposer(), stops=stops),
                           Display.decide(quiet=True), label=cfg.proposer)
         if not quiet:
             render.note(render.summary_line(out.stats, cfg.proposer, out.finish))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import typer
 
 from ..errors import SpecError
 from ..run.config import PairConfig
-from .common import (load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
+from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, Json, MaxTokens, MinP, PMin, ProposerName, Quiet, Rule,
                      Seed, Target, Temp, Threads, TopK, TopP, print_coloured, read_file, read_stdin, run_session,
                      stdout_write)
@@ -24,7 +25,7 @@ def generate(
                                                                          "(atomically) instead of stdout.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --output if it exists.")] = False,
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
-    temp: Temp = 0.0, top_k: TopK = 0, top_p: TopP = 1.0, min_p: MinP = 0.0, seed: Seed = None,
+    temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P, seed: Seed = None,
     max_tokens: MaxTokens = 256, draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
     ctx: Ctx = 4096, threads: Threads = 0, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel",
@@ -53,7 +54,7 @@ def generate(
         coloured_at_end = out_file is None and display.stdout_tty
         sink = out_file.write if out_file else None if (as_json or coloured_at_end) else stdout_write
         session = Session(pair, prompt_tokens(pair.target, text, raw=raw, system=system), gen,
-                          pair.new_proposer(gen.sampling, seed))
+                          pair.new_proposer())
         run_session(session, display, label=proposer, sink=sink, progress_total=max_tokens if out_file else None)
         _report(session, seed=seed, output=output, out_file=out_file, as_json=as_json, quiet=quiet,
                 coloured_at_end=coloured_at_end, label=proposer)
@@ -73,7 +74,8 @@ def _report(session, *, seed, output, out_file, as_json, quiet, coloured_at_end,
                         + (" (incomplete: interrupted)" if session.finish == "interrupted" else ""))
     if as_json:
         print(json.dumps({"text": session.text, "tokens": session.tokens, "finish_reason": session.finish,
-                          "seed": seed, "stats": session.stats.as_dict()}, ensure_ascii=False))
+                          "seed": seed, "sampling": dataclasses.asdict(session.gen.sampling),
+                          "stats": session.stats.as_dict()}, ensure_ascii=False))
     else:
         if coloured_at_end:
             print_coloured(session)

@@ -6,6 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+# llama-server's own defaults, used wherever a user or client sets none
+# (they apply when sampling, temperature > 0; 0 turns each off)
+DEFAULT_TOP_K = 40
+DEFAULT_TOP_P = 0.95
+DEFAULT_MIN_P = 0.05
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     temperature: float = 0.0
@@ -26,3 +33,14 @@ class SamplingConfig:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What one generation decodes with, handed whole to the target's rule
+    and to the proposer (`prepare`) so they cannot disagree: the sampling
+    settings, the seed the Gumbel noise is keyed by, and the rule."""
+
+    sampling: SamplingConfig
+    seed: int
+    rule: str = "gumbel"

@@ -15,6 +15,8 @@ class Stats:
     draft_s: float = 0.0
     verify_s: float = 0.0
     prefill_s: float = 0.0
+    host_s: float = 0.0          # of draft_s + verify_s, outside llama.cpp's decode calls
+    host_draft_s: float = 0.0    # of host_s, while drafting
     prefill_tokens: int = 0
     wall_s: float = 0.0          # from the request to the last token, prompt included
     ttft_s: float = 0.0          # from the request to the first token
@@ -27,7 +29,7 @@ class Stats:
     def merge(self, other: "Stats") -> None:
         """Add another run's numbers (a chat's turns)."""
         for name in ("steps", "drafting_steps", "tokens", "drafted", "accepted", "draft_s", "verify_s",
-                     "prefill_s", "prefill_tokens", "wall_s"):
+                     "prefill_s", "host_s", "host_draft_s", "prefill_tokens", "wall_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for i, (n, a) in enumerate(other.per_position):
             if i == len(self.per_position):
@@ -40,7 +42,8 @@ class Stats:
                 mine[i] += c
 
     def add(self, *, n_tokens: int, drafted: int, accepted: int,
-            draft_s: float, verify_s: float, source: str = "none") -> None:
+            draft_s: float, verify_s: float, source: str = "none", host_s: float = 0.0,
+            host_draft_s: float = 0.0) -> None:
         self.steps += 1
         self.drafting_steps += drafted > 0
         self.tokens += n_tokens
@@ -48,6 +51,8 @@ class Stats:
         self.accepted += accepted
         self.draft_s += draft_s
         self.verify_s += verify_s
+        self.host_s += host_s
+        self.host_draft_s += host_draft_s
         while len(self.per_position) < drafted:
             self.per_position.append([0, 0])
         for i in range(drafted):
@@ -79,6 +84,18 @@ class Stats:
         gen_s = self.wall_s - self.prefill_s
         return self.tokens / gen_s if gen_s > 0 else 0.0
 
+    @property
+    def host_ms_per_step(self) -> float:
+        """Host milliseconds a step costs outside drafting: the rule, sampling
+        the target's rows, the loop."""
+        return (self.host_s - self.host_draft_s) / self.steps * 1e3 if self.steps else 0.0
+
+    @property
+    def host_ms_per_drafted(self) -> float:
+        """Host milliseconds per drafted token (a draft model's sampling and
+        calls, the lookup's search)."""
+        return self.host_draft_s / self.drafted * 1e3 if self.drafted else 0.0
+
     def source_rates(self) -> dict[str, dict]:
         """Per origin: steps, drafted, acceptance, mean accepted per step."""
         return {o: {"steps": st, "drafted": d, "accepted": a, "acceptance": round(a / d, 4) if d else 0.0,
@@ -104,6 +121,9 @@ class Stats:
             "prefill_s": round(self.prefill_s, 4),
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
+            "host_s": round(self.host_s, 4),
+            "host_ms_per_step": round(self.host_ms_per_step, 4),
+            "host_ms_per_drafted": round(self.host_ms_per_drafted, 4),
             "wall_s": round(self.wall_s, 4),
             "ttft_s": round(self.ttft_s, 4),
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -112,6 +113,7 @@ class Model:
             cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
             cparams.type_k = cparams.type_v = _Q8_0
         self.numerics = numerics(cparams, mparams.use_extra_bufts)
+        self.extra_bufts, self.flash_attn_type = bool(mparams.use_extra_bufts), int(cparams.flash_attn_type)
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
@@ -272,12 +274,16 @@ class Model:
         return int(llama_cpp.llama_model_size(self._model))
 
     # -- decoding ----------------------------------------------------------
-    def decode(self, tokens: Sequence[int], *, logits_from: int | None = None) -> np.ndarray | None:
+    def decode(self, tokens: Sequence[int], *, logits_from: int | None = None,
+               copy: bool = True) -> np.ndarray | None:
         """Append `tokens` to the KV cache at positions len(self.tokens)...
 
         Returns float32 logits of shape (len(tokens) - logits_from, n_vocab)
         for the rows from index `logits_from` on, or None when
         `logits_from` is None.  Long inputs go in chunks of n_batch.
+        With copy=False (one chunk) the rows are a view of llama.cpp's own
+        buffer, valid until this model's next decode: a verify batch reads
+        a few of them, so none is copied.
         """
         n = len(tokens)
         if n == 0:
@@ -290,12 +296,12 @@ class Model:
             first = None if logits_from is None else max(logits_from - start, 0)
             if first is not None and first >= len(chunk):
                 first = None
-            rows = self._decode_chunk(chunk, first)
+            rows = self._decode_chunk(chunk, first, copy or n > self.n_batch)
             if rows is not None:
                 out = rows if out is None else np.concatenate([out, rows])
         return out
 
-    def _decode_chunk(self, chunk: Sequence[int], first: int | None) -> np.ndarray | None:
+    def _decode_chunk(self, chunk: Sequence[int], first: int | None, copy: bool) -> np.ndarray | None:
         b = self._batch
         pos0 = len(self.tokens)
         # the cache holds exactly self.tokens: drop anything a decode cut
@@ -309,7 +315,12 @@ class Model:
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = 0
             b.logits[i] = first is not None and i >= first
+        global _decode_s
+        t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, b)
+        if first is not None:
+            ptr = llama_cpp.llama_get_logits(self._ctx)  # waits for the device's work to end
+        _decode_s += time.perf_counter() - t0
         if rc != 0:
             raise SpecError(f"llama_decode failed with code {rc} for {self.path.name}",
                             hint="The context may be full; try a larger --ctx.")
@@ -317,8 +328,8 @@ class Model:
         if first is None:
             return None
         n_rows = m - first
-        ptr = llama_cpp.llama_get_logits(self._ctx)
-        return np.ctypeslib.as_array(ptr, shape=(n_rows * self.n_vocab,)).reshape(n_rows, self.n_vocab).copy()
+        rows = np.ctypeslib.as_array(ptr, shape=(n_rows * self.n_vocab,)).reshape(n_rows, self.n_vocab)
+        return rows.copy() if copy else rows
 
     def fingerprint(self) -> str:
         """Identifies this file, build, placement and numerics, for caching
@@ -339,7 +350,8 @@ class Model:
         llama_cpp.llama_memory_clear(self._mem, True)
         self.tokens.clear()
 
-    def catch_up(self, tokens: Sequence[int], *, logits_last: bool = False) -> int | np.ndarray:
+    def catch_up(self, tokens: Sequence[int], *, logits_last: bool = False,
+                 copy: bool = True) -> int | np.ndarray:
         """Make the KV cache hold exactly `tokens`, evaluating only what is
         not cached yet (the one rewind-and-extend helper).  Returns how many
         tokens were evaluated, or with `logits_last` the last token's logits
@@ -349,10 +361,20 @@ class Model:
             keep = min(keep, len(tokens) - 1)
         self.truncate(keep)
         if len(tokens) > keep:
-            rows = self.decode(list(tokens[keep:]), logits_from=len(tokens) - keep - 1 if logits_last else None)
+            rows = self.decode(list(tokens[keep:]), logits_from=len(tokens) - keep - 1 if logits_last else None,
+                               copy=copy)
             if logits_last:
                 return rows[0]
         return len(tokens) - keep
+
+
+_decode_s = 0.0  # seconds spent in llama_decode (and waiting for its logits), all models together
+
+
+def decode_seconds() -> float:
+    """The running total of time inside llama.cpp's decode calls: what a
+    step took less this is the host's share (Python, sampling, the lookup)."""
+    return _decode_s
 
 
 def numerics(cparams, extra_bufts: bool) -> str:

@@ -14,14 +14,15 @@ Profiles are small TOML files (spec_cli/data/clocks/, or a path):
     draft_ratio  the draft model's cost per row, as a share of the target's
                  (the same shape)
 
-or `measured = true`: the curves probed at load on this machine, for the
-target and the draft (this machine's own clock, charged without Python's
-overhead).
+or `measured = true`: the curves remembered for this machine, for the
+target and the draft.
 
 What is charged: a step costs c(rows) to verify, plus for a draft model
 the batch that catches it up and one row per further drafted token
-(draft_ratio x c); a lookup costs nothing; reading the prompt costs
-c(prompt tokens).  Python's own time is not charged.
+(draft_ratio x c); reading the prompt costs c(prompt tokens).  On top of
+that the engine charges the host's time it measured (engine.step: all
+but the time inside llama.cpp's decode calls -- the rule, sampling, the
+lookup, Python), so a simulated device never gets a free host.
 """
 
 from __future__ import annotations

@@ -26,9 +26,10 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..llama.backend import Detokenizer, Model
+from ..llama.backend import Detokenizer, Model, decode_seconds
 from ..errors import SpecError
 from .proposers import EMPTY, Proposal, Proposer
+from ..core.config import Decoding
 from ..core.sampling import SamplingConfig, choose, margin, probs as to_probs
 from ..core.policy import CostModel, Policy
 from ..core.verify import verify, verify_choices
@@ -68,8 +69,11 @@ class Step:
     margins: with GenConfig.margins, the target's top-1 minus top-2 margin
         (sampling.margin) at each decision of the step, an end-of-generation
         token included; else empty.
+    host_s: of the step's seconds, those outside llama.cpp's decode calls
+        (the rule, sampling, the lookup, Python): measured on the wall.
     With a simulated clock (GenConfig.clock) draft_s, verify_s and
-    prefill_s are what the clock charges, not what the wall showed.
+    prefill_s are what the clock charges for the device, plus the host
+    time measured here (each phase its own), not what the wall showed.
     finish_reason: None while going on; else "stop" (end-of-generation token
         or stop string), "length" (max tokens) or "context" (context full).
     """
@@ -87,6 +91,8 @@ class Step:
     finish_reason: str | None = None
     margins: tuple[float, ...] = ()
     source: str = "none"   # what drafted (the policy's source name), "none" for a plain step
+    host_s: float = 0.0
+    host_draft_s: float = 0.0   # the part of host_s spent drafting
 
 
 class StopMatcher:
@@ -128,31 +134,36 @@ class Round:
     source: str
     draft_s: float
     verify_s: float
-    logits: np.ndarray      # the target's k+1 rows
+    logits: np.ndarray      # the target's k+1 rows (a view of llama.cpp's buffer: read before the next decode)
+    host_s: float = 0.0
+    host_draft_s: float = 0.0
 
 
 def step(target: Model, proposer: Proposer, policy: Policy | None, context: list[int], k: int,
          pick: Callable[[np.ndarray, list[int], Proposal], tuple[int, int]], clock=None) -> Round:
     """One speculative round after `context`, drafting at most k tokens."""
-    t0 = time.perf_counter()
+    t0, d0 = time.perf_counter(), decode_seconds()
     cands = proposer.candidates(context) if k > 0 else []                       # 1. what could draft,
     cand, k = policy.choose(cands, k) if policy else (cands[0] if cands else None, k)  # the policy decides,
     keep_going = ((lambda chain, source=None: policy.keep_going(source or cand.source, chain))
                   if policy and cand else None)
     prop = proposer.draft(context, cand, min(k, cand.limit), keep_going) if cand and k > 0 else EMPTY
     draft = prop.tokens[:k]                                                     # and the proposer drafts
-    t1 = time.perf_counter()
-    logits = target.decode([context[-1], *draft], logits_from=0)                # 2. one target pass
+    t1, d1 = time.perf_counter(), decode_seconds()
+    logits = target.decode([context[-1], *draft], logits_from=0, copy=False)    # 2. one target pass
     n_acc, token = pick(logits, draft, prop)                                    # 3.-4. accept, correct
     _rewind(target, len(context) + n_acc)                                       # 5. rewind
-    verify_s, draft_s = time.perf_counter() - t1, t1 - t0
+    t2, d2 = time.perf_counter(), decode_seconds()
+    verify_s, draft_s = t2 - t1, t1 - t0
+    host_draft, host_verify = max(draft_s - (d1 - d0), 0.0), max(verify_s - (d2 - d1), 0.0)
     steady_s = draft_s if prop.steady_s is None else prop.steady_s
-    if clock is not None:  # what this step would cost on the simulated machine
-        verify_s = clock.verify_s(len(draft) + 1)
-        draft_s = steady_s = clock.draft_s(prop.model_tokens, prop.model_read)
+    if clock is not None:  # what this step would cost on the simulated machine, the host's time included
+        verify_s = clock.verify_s(len(draft) + 1) + host_verify
+        draft_s = steady_s = clock.draft_s(prop.model_tokens, prop.model_read) + host_draft
     if policy is not None:
         policy.observe(prop.source, drafted=len(draft), accepted=n_acc, verify_s=verify_s, draft_s=steady_s)
-    return Round(draft, n_acc, token, prop.source, draft_s, verify_s, logits)
+    return Round(draft, n_acc, token, prop.source, draft_s, verify_s, logits, host_draft + host_verify,
+                 host_draft)
 
 
 def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
@@ -163,7 +174,8 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
     seed = cfg.seed if cfg.seed is not None else int(np.random.SeedSequence().entropy % (1 << 31))
     t0 = time.perf_counter()
     evaluated = _prefill(target, prompt)
-    proposer.prepare(prompt)  # a draft model reads the prompt only once it is chosen
+    decoding = Decoding(cfg.sampling, seed, cfg.rule)  # one state for the rule and the proposer
+    proposer.prepare(prompt, decoding)  # a draft model reads the prompt only once it is chosen
     prefill = (evaluated, time.perf_counter() - t0 if cfg.clock is None else cfg.clock.prefill_s(evaluated))
 
     # --deterministic: keep target batches where their logits are bitwise one-token logits
@@ -172,7 +184,7 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
         draft_max = min(draft_max, _verify_cap(target) - 1)
     policy = _policy(target, proposer, draft_max, cfg.clock) if cfg.adaptive and draft_max > 0 else None
     out = _Output(target, cfg)
-    pick = _rule(cfg, seed, np.random.default_rng(seed), out)
+    pick = _rule(decoding, out)
     context = prompt
     while True:
         remaining = cfg.max_tokens - out.produced
@@ -189,7 +201,8 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
         yield Step(tokens=tuple(new), from_draft=tuple(origin), text=text, segments=segments,
                    drafted=len(r.draft), accepted=r.accepted, draft_s=r.draft_s,
                    verify_s=r.verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
-                   finish_reason=finish, margins=margins, source=r.source if r.draft else "none")
+                   finish_reason=finish, margins=margins, source=r.source if r.draft else "none",
+                   host_s=r.host_s, host_draft_s=r.host_draft_s)
         prefill = (0, 0.0)
         if finish is not None:
             return
@@ -211,13 +224,15 @@ def check_rule(rule: str) -> str:
     return rule
 
 
-def _rule(cfg: GenConfig, seed: int, rng: np.random.Generator, out: "_Output"):
+def _rule(decoding: Decoding, out: "_Output"):
     """The acceptance rule as pick(logits, draft, proposal) -> (accepted, token)."""
-    sampling = cfg.sampling
-    if sampling.greedy or cfg.rule == "gumbel":
+    sampling, seed = decoding.sampling, decoding.seed
+    if sampling.greedy or decoding.rule == "gumbel":
         def pick(logits, draft, prop):
             return verify_choices(draft, lambda i: choose(logits[i], sampling, seed, out.produced + i))
     else:
+        rng = np.random.default_rng(seed)
+
         def pick(logits, draft, prop):
             p = None if prop.probs is None else prop.probs[:len(draft)]
             return verify(draft, p, to_probs(logits, sampling), rng)

@@ -23,7 +23,8 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from ..llama.backend import Model, common_prefix
-from ..core.sampling import SamplingConfig, choose_from_probs, probs as to_probs, sample
+from ..core.config import Decoding
+from ..core.sampling import SamplingConfig, decide, probs as to_probs, sample
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,9 @@ class Proposer(Protocol):
     name: str
     cost_prior: dict[str, float]  # seconds per draft token, by source, before any is measured
 
-    def prepare(self, prompt: Sequence[int]) -> None:
-        """A new generation starts after `prompt`."""
+    def prepare(self, prompt: Sequence[int], decoding: Decoding | None = None) -> None:
+        """A new generation starts after `prompt`, decoded with `decoding`
+        (the same object the target's rule uses)."""
 
     def candidates(self, context: Sequence[int]) -> list[Candidate]: ...
 
@@ -73,7 +75,7 @@ class NoDraft:
     name = "none"
     cost_prior: dict[str, float] = {}
 
-    def prepare(self, prompt: Sequence[int]) -> None:
+    def prepare(self, prompt: Sequence[int], decoding: Decoding | None = None) -> None:
         pass
 
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
@@ -94,23 +96,23 @@ class DraftModel:
     also covers the fully-accepted case (the last draft token and the bonus
     token are fed before drafting again).
 
-    Rules: "gumbel" drafts each output position's Gumbel-max choice with the
-    same noise the target uses (seed, position, token), so a draft token is
-    accepted when it is the target's own choice; "residual" samples from the
-    draft's distribution with `rng` and returns its rows for the residual
-    rule.
+    Sampling, seed and rule come from the generation's `Decoding`, given
+    to `prepare`: "gumbel" drafts each output position's Gumbel-max choice
+    with the same noise the target uses (seed, position, token), so a draft
+    token is accepted when it is the target's own choice; "residual"
+    samples from the draft's distribution and returns its rows for the
+    residual rule.  `sampling`, where given, replaces the draft's own
+    transform only (a draft distribution that differs on purpose, as the
+    statistical tests use); the seed and rule are always the generation's.
     """
 
     name = "draft"
 
-    def __init__(self, model: Model, sampling: SamplingConfig, rng: np.random.Generator,
-                 *, p_min: float = 0.0, rule: str = "gumbel", seed: int = 0):
+    def __init__(self, model: Model, *, p_min: float = 0.0, sampling: SamplingConfig | None = None):
         self.model = model
-        self.sampling = sampling
-        self.rng = rng
         self.p_min = p_min  # stop drafting when the top draft probability falls below
-        self.rule, self.seed = rule, seed
-        self._prompt_len = self._behind = 0
+        self.own_sampling = sampling
+        self.prepare((), Decoding(SamplingConfig(), 0))
         self.clock = None  # a simulated clock (clock.py) prices the catch-up instead of the probe
 
     @property
@@ -133,8 +135,13 @@ class DraftModel:
         widest = max(curve)
         return tokens * curve[widest] / widest
 
-    def prepare(self, prompt: Sequence[int]) -> None:
-        self._prompt_len = len(prompt)
+    def prepare(self, prompt: Sequence[int], decoding: Decoding | None = None) -> None:
+        self._prompt_len, self._behind = len(prompt), 0
+        if decoding is not None:
+            self.decoding = decoding
+            self.sampling = self.own_sampling or decoding.sampling
+            self.rule, self.seed = decoding.rule, decoding.seed
+            self.rng = np.random.default_rng([decoding.seed, 1])
 
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
         self._behind = len(context) - common_prefix(self.model.tokens, context)  # draft() reuses it
@@ -144,30 +151,28 @@ class DraftModel:
               keep_going: KeepGoing | None = None) -> Proposal:
         t0 = time.perf_counter()
         behind = self._behind  # this step's, from candidates()
-        logits = self.model.catch_up(context, logits_last=True)
+        logits = self.model.catch_up(context, logits_last=True, copy=False)
         t_sync = time.perf_counter() - t0
         pos = len(context) - self._prompt_len  # output position of the first draft token
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         chain: list[float] = []
+        coupled = self.sampling.greedy or self.rule == "gumbel"
         for i in range(k):
-            p = None if self.sampling.greedy else to_probs(logits, self.sampling)
-            if p is None:
-                x = int(np.argmax(logits))
-            elif self.rule == "gumbel":
-                x = choose_from_probs(p, self.seed, pos + i)
+            if coupled:
+                x, conf = decide(logits, self.sampling, self.seed, pos + i)
             else:
-                x = sample(p, self.rng)
+                p = to_probs(logits, self.sampling)
+                x, conf = sample(p, self.rng), float(p.max())
                 rows.append(p)
             tokens.append(x)
             if i + 1 == k:
                 break
             if self.p_min > 0.0 or keep_going is not None:
-                conf = confidence(logits, p, self.sampling)
                 chain.append(conf)
                 if conf < self.p_min or (keep_going is not None and not keep_going(chain)):
                     break
-            logits = self.model.decode([x], logits_from=0)[0]
+            logits = self.model.decode([x], logits_from=0, copy=False)[0]
         seconds = time.perf_counter() - t0
         # a step normally feeds the draft 1-2 new tokens; a longer catch-up
         # is charged as that much, not as the draft's usual cost
@@ -192,7 +197,7 @@ class Oracle:
         self.reference = list(reference)
         self._prompt_len = 0
 
-    def prepare(self, prompt: Sequence[int]) -> None:
+    def prepare(self, prompt: Sequence[int], decoding: Decoding | None = None) -> None:
         self._prompt_len = len(prompt)
 
     def ahead(self, context: Sequence[int]) -> list[int]:
@@ -230,9 +235,9 @@ class Hybrid:
     def cost_prior(self) -> dict[str, float]:
         return self.draft_model.cost_prior
 
-    def prepare(self, prompt: Sequence[int]) -> None:
-        self.lookup.prepare(prompt)
-        self.draft_model.prepare(prompt)
+    def prepare(self, prompt: Sequence[int], decoding: Decoding | None = None) -> None:
+        self.lookup.prepare(prompt, decoding)
+        self.draft_model.prepare(prompt, decoding)
 
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
         return self.lookup.candidates(context) + self.draft_model.candidates(context)
@@ -253,11 +258,3 @@ class Hybrid:
         return Proposal(prop.tokens + ext.tokens, None, prop.source, model_tokens=ext.model_tokens,
                         model_read=ext.model_read)
 
-
-def confidence(logits: np.ndarray, p: np.ndarray | None, sampling: SamplingConfig) -> float:
-    """The draft's top probability; under greedy decoding (where p is one-hot)
-    it is read from the softmax of the raw logits."""
-    if not sampling.greedy and p is not None:
-        return float(p.max())
-    m = logits.max()
-    return float(1.0 / np.exp(logits - m, dtype=np.float32).sum(dtype=np.float64))

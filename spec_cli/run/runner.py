@@ -10,13 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
-
 from ..llama.backend import LoadConfig, Model
 from ..errors import SpecError
 from .proposers import DraftModel, Hybrid, NoDraft, Proposer
 from .suffix import Lookup
-from ..core.sampling import SamplingConfig
 from .config import PairConfig
 
 PROPOSERS = ("hybrid", "draft", "ngram", "none")
@@ -34,11 +31,11 @@ class Pair:
     # hybrid is then the lookup alone (load_pair leaves the draft out unless bench needs it)
     draft_pays: bool = True
 
-    def new_proposer(self, sampling: SamplingConfig, seed: int, *, name: str | None = None,
-                     rule: str | None = None, store=None, clock=None) -> Proposer:
+    def new_proposer(self, *, name: str | None = None, store=None, clock=None) -> Proposer:
         """A fresh proposer object: the configured one, or `name`.  With a
         `store` (suffix.Store) the lookup drafts from earlier outputs too;
-        with a simulated `clock` (clock.py) a draft model is priced by it."""
+        with a simulated `clock` (clock.py) a draft model is priced by it.
+        Sampling, seed and rule reach it with each generation (`prepare`)."""
         name = name or self.config.proposer
         if name not in PROPOSERS:
             raise SpecError(f"unknown proposer {name!r}", hint=f"Choose one of: {', '.join(PROPOSERS)}.")
@@ -49,8 +46,7 @@ class Pair:
         if name == "ngram" or self.draft is None or (name == "hybrid" and not self.draft_pays):
             return Lookup(store=store)  # hybrid without a draft model that could pay
         assert self.draft is not None
-        draft = DraftModel(self.draft, sampling, np.random.default_rng([seed, 1]), p_min=self.config.p_min,
-                           rule=rule or self.config.rule, seed=seed)
+        draft = DraftModel(self.draft, p_min=self.config.p_min)
         draft.clock = clock
         return Hybrid(Lookup(store=store), draft) if name == "hybrid" else draft
 

@@ -59,7 +59,8 @@ class Session:
         try:
             for step in generate(self.pair.target, self.proposer, self.prompt, self.gen):
                 stats.add(n_tokens=len(step.tokens), drafted=step.drafted, accepted=step.accepted,
-                          draft_s=step.draft_s, verify_s=step.verify_s, source=step.source)
+                          draft_s=step.draft_s, verify_s=step.verify_s, source=step.source,
+                          host_s=step.host_s, host_draft_s=step.host_draft_s)
                 stats.prefill_s += step.prefill_s
                 stats.prefill_tokens += step.prefill_tokens
                 stats.wall_s = self._wall(t0)

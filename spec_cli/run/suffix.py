@@ -354,7 +354,7 @@ class Lookup:
         self.edits: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}
         self.shares: list[float] = []  # the last draft's shares (the hybrid reads them)
 
-    def prepare(self, prompt: Sequence[int]) -> None:
+    def prepare(self, prompt: Sequence[int], decoding=None) -> None:
         self._prompt_len = len(prompt)
         self._sync(prompt)
         self.copy, self.copies, self.edits = None, [], {}
@@ -444,7 +444,7 @@ class TimedLookup:
         self.lookup = Lookup()
         self._pick: tuple[Candidate, int] | None = None
 
-    def prepare(self, prompt: Sequence[int]) -> None:
+    def prepare(self, prompt: Sequence[int], decoding=None) -> None:
         self.reference.prepare(prompt)
         self.lookup.prepare(prompt)
 

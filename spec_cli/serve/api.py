@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 from ..core.stats import Stats
 
 MAX_STOPS = 16
@@ -51,9 +52,9 @@ class Request:
     # sampling and length
     max_tokens: int | None = None
     temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
+    top_p: float = DEFAULT_TOP_P   # llama-server's defaults
+    top_k: int = DEFAULT_TOP_K
+    min_p: float = DEFAULT_MIN_P
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stream: bool = False
@@ -114,9 +115,9 @@ def _sampling(body: dict, req: Request, *, temperature: float) -> None:
     if _number(body, "n", 1, integer=True) != 1:
         raise bad("n", "must be 1: one choice per request")
     req.temperature = _number(body, "temperature", temperature, lo=0.0, hi=100.0)
-    req.top_p = _number(body, "top_p", 1.0, lo=0.0, hi=1.0)
-    req.top_k = _number(body, "top_k", 0, lo=0, integer=True)
-    req.min_p = _number(body, "min_p", 0.0, lo=0.0, hi=1.0)
+    req.top_p = _number(body, "top_p", DEFAULT_TOP_P, lo=0.0, hi=1.0)
+    req.top_k = _number(body, "top_k", DEFAULT_TOP_K, lo=0, integer=True)
+    req.min_p = _number(body, "min_p", DEFAULT_MIN_P, lo=0.0, hi=1.0)
     req.seed = _number(body, "seed", None, integer=True)
     if req.seed is not None:
         req.seed %= 1 << 31

@@ -16,6 +16,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 from .api import ApiError, Reply, Request, parse_chat, parse_completion, parse_infill
 from .worker import Job, Worker
 
@@ -99,7 +100,10 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
         return JSONResponse({"object": "list", "data": [{
             "id": worker.cfg.model, "object": "model", "created": 0, "owned_by": "spec-cli",
             "meta": {"n_ctx": t.n_ctx, "n_ctx_train": t.n_ctx_train, "draft": worker.pair.draft_name,
-                     "proposer": worker.pair.config.proposer}}]})
+                     "proposer": worker.pair.config.proposer,
+                     # what a request that sets none samples with (llama-server's defaults)
+                     "sampling_defaults": {"top_k": DEFAULT_TOP_K, "top_p": DEFAULT_TOP_P,
+                                           "min_p": DEFAULT_MIN_P}}}]})
 
     async def api_error(request: HttpRequest, exc: ApiError) -> Response:
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)

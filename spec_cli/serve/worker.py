@@ -160,7 +160,7 @@ class Worker:
                         stop=req.stop, seed=seed, adaptive=self.cfg.adaptive, rule=pair.config.rule)
         stops = (EditorStops(n_indent=req.n_indent, suffix=req.input_suffix, t_max_predict_ms=req.t_max_predict_ms)
                  if req.kind == "infill" else None)
-        session = Session(pair, tokens, gen, pair.new_proposer(sampling, seed, store=self.store),
+        session = Session(pair, tokens, gen, pair.new_proposer(store=self.store),
                           stops=stops, cancelled=job.cancel.is_set)
         job.emit("start", reply)
         session.run(lambda step, stats: job.emit("step", step.text) if step.text else None)
