@@ -103,9 +103,11 @@ def test_bench_runs_and_reports(smollm_path, spec_env):
     res = spec("bench", "--target", "smollm2-135m", "--draft", "smollm2-135m", "--ctx", "1024",
                "--prompts", str(PROMPTS), "--n-prompts", "2", "-n", "16",
                "--proposer", "ngram", "--proposer", "draft@2", "--proposer", "oracle", "--proposer", "ngram-oracle",
-               "--deterministic", "--json", env=spec_env)
+               "--deterministic", "--peer", "llama-cpp-python", "--json", env=spec_env)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
+    [peer] = out["peer"]  # llama-cpp-python's own loop on the same prompts
+    assert peer["prompts"] == 2 and peer["peer_tokens_per_s"] > 0 and peer["vs_peer_median"] > 0
     assert out["machine"]["cores"] >= 1 and out["draft"] == "smollm2-135m"
     assert out["mode"] == "deterministic" and out["rules"] == ["gumbel"] and out["simulated"] is False
     sets = {s["proposer"]: s for s in out["sets"]}
@@ -118,6 +120,7 @@ def test_bench_runs_and_reports(smollm_path, spec_env):
         assert s["identical"] is True
         assert 0 < s["speedup_min"] <= s["speedup_median"] <= s["speedup_max"]
         assert 0 <= s["overhead_share"] < 1 and s["tokens_per_s"] > 0
+        assert s["vs_peer_median"] > 0 and s["host_ms_per_step"] > 0
     assert sets["draft@2"]["acceptance_rate"] == 1.0  # a model drafting for itself
     assert sets["draft@2"]["per_position"] == [1.0, 1.0]
 
@@ -139,7 +142,10 @@ def test_bench_on_a_simulated_clock_says_so(smollm_path, spec_env):
     assert out["batch_curve_ms"]["1"] == 40.0 and out["draft_ms_per_token"] == 1.2
     sets = {s["proposer"]: s for s in out["sets"]}
     assert sets["oracle"]["by_source"]["oracle"]["acceptance"] == 1.0
-    # the target alone at 40 ms a token on the profile's clock: 25 tok/s, whatever this machine does
-    assert sets["oracle"]["baseline_tokens_per_s"] == pytest.approx(25.0, rel=0.01)
+    # the target alone at 40 ms a token on the profile's clock, plus the host's time measured
+    # here: 25 tok/s less what the host costs, whatever else this machine does
+    host_ms = sets["oracle"]["baseline_host_ms_per_step"]
+    assert 0 < host_ms < 40
+    assert sets["oracle"]["baseline_tokens_per_s"] == pytest.approx(1000 / (40.0 + host_ms), rel=0.01)
     bad = spec("bench", "--target", "smollm2-135m", "--proposer", "ngram", "--clock", "tpu", env=spec_env)
     assert bad.returncode == 1 and "no clock profile 'tpu'" in bad.stderr and "Traceback" not in bad.stderr

@@ -10,8 +10,8 @@ import typer
 
 from ..errors import SpecError
 from ..run.config import PairConfig
-from .common import (load, sampling, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLayers, DraftMax, GpuLayers,
-                     Target, Temp, Threads)
+from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, DEFAULT_TARGET, Ctx, Deterministic,
+                     Draft, DraftGpuLayers, DraftMax, GpuLayers, MinP, Target, Temp, Threads, TopK, TopP)
 
 
 def bench(
@@ -28,7 +28,7 @@ def bench(
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Tokens per generation.")] = 128,
     n_prompts: Annotated[int, typer.Option("--n-prompts", min=0, help="First N prompts of each file "
                                                                        "(0 = all).")] = 0,
-    temp: Temp = 0.0,
+    temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P,
     seed: Annotated[int, typer.Option("--seed", help="Random seed (the same for every run).")] = 0,
     draft_max: DraftMax = 16, ctx: Ctx = 4096, threads: Threads = 0, gpu_layers: GpuLayers = 0,
     draft_gpu_layers: DraftGpuLayers = 0, deterministic: Deterministic = False,
@@ -39,6 +39,10 @@ def bench(
                         "target on a GPU with a 1B draft; measured: this machine's probed curves) or a TOML "
                         "file. The models still run for the tokens and the acceptance; every time is "
                         "the profile's.")] = None,
+    peer: Annotated[Optional[str], typer.Option(
+        "--peer", help="Also run each prompt through llama-cpp-python's own generation loop "
+                       "(Llama.create_completion) on the same file and settings, and report generation "
+                       "speed against it.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with a `sets` list.")] = False,
 ) -> None:
     """Is it faster on this machine?  The target alone and each proposer,
@@ -46,6 +50,7 @@ def bench(
     from ..run.bench import DEFAULT_PROMPTS, problems, report, run_bench, variants_from
     from ..run.clock import load_clock, read_profile
     from ..run.engine import GenConfig
+    from ..run.peer import PEERS, Peer
     from ..term import render
     from .common import check_rule
 
@@ -55,24 +60,30 @@ def bench(
             raise SpecError(f"prompt file not found: {f}")
     if clock:
         read_profile(clock)  # a bad profile is said before the models load
+    if peer is not None and peer not in PEERS:
+        raise SpecError(f"unknown peer {peer!r}", hint=f"Choose: {', '.join(PEERS)}.")
+    samp = sampling(temp, top_k, top_p, min_p)
     variants = variants_from(proposer, sweep_draft_max, [check_rule(r) for r in rule])
     if not variants:
         raise SpecError("nothing to compare: give a --proposer other than none")
     needs_draft = any(v.proposer in ("hybrid", "draft") for v in variants)
     pair = load(PairConfig(target, draft, "hybrid" if needs_draft else "ngram", ctx, threads, gpu_layers,
                            draft_gpu_layers, deterministic=deterministic, draft_if_it_pays=False), quiet=as_json)
+    runner = None
     try:
+        runner = Peer(pair.target) if peer else None
         simulated = load_clock(clock, pair) if clock else None
-        gen = GenConfig(sampling=sampling(temp), max_tokens=max_tokens, draft_max=draft_max, seed=seed,
+        gen = GenConfig(sampling=samp, max_tokens=max_tokens, draft_max=draft_max, seed=seed,
                         clock=simulated)
         with render.spinner(enabled=not as_json) as progress:
             try:
                 sets = run_bench(pair, files, variants, n_prompts=n_prompts or None, gen_base=gen,
-                                 on_progress=progress)
+                                 on_progress=progress, peer=runner)
             except KeyboardInterrupt:
                 raise SpecError("bench interrupted; no results", exit_code=130) from None
         result = report(pair, sets, target=target, deterministic=deterministic, rules=rule, max_tokens=max_tokens,
-                        temperature=temp, seed=seed, draft_max=draft_max, clock=simulated)
+                        temperature=temp, top_k=samp.top_k, top_p=samp.top_p, min_p=samp.min_p, seed=seed,
+                        draft_max=draft_max, clock=simulated, peer=runner)
         if as_json:
             print(json.dumps(result, indent=1))
         else:
@@ -84,4 +95,6 @@ def bench(
                          "Please report it with the command and the prompt file.")
             raise typer.Exit(2)
     finally:
+        if runner is not None:
+            runner.close()
         pair.close()

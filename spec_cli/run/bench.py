@@ -167,6 +167,9 @@ def summarise(file: str, variant: str, runs: list[tuple[Run, Run]], *, coupled: 
         "draft_share": total.draft_s / gen if gen > 0 else 0.0,
         "verify_share": total.verify_s / gen if gen > 0 else 0.0,
         "overhead_share": max(gen - total.draft_s - total.verify_s, 0.0) / gen if gen > 0 else 0.0,
+        "host_ms_per_step": total.host_ms_per_step,
+        "host_ms_per_drafted": total.host_ms_per_drafted,
+        "baseline_host_ms_per_step": alone.host_ms_per_step,
         "agreement": agree if coupled else None,
         "identical": agree == 1.0 if coupled else None,
         "max_divergence_margin": (max(margins) if margins else 0.0) if coupled else None,
@@ -205,10 +208,13 @@ def problems(sets: list[dict], *, deterministic: bool) -> list[str]:
 
 
 def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: int | None, gen_base,
-              on_progress: Callable[[str], None] | None = None) -> list[dict]:
+              on_progress: Callable[[str], None] | None = None, peer=None) -> list[dict]:
     """Run every prompt of every file: the target alone and each variant,
     interleaved (on every other prompt the variants that need no reference
-    run before the target alone)."""
+    run before the target alone).  With a `peer` (peer.Peer) it runs each
+    prompt too, before the target alone on every other prompt, and each set
+    says how its generation speed compares with the peer's; `peer.rows`
+    gets a line per file for the target alone's."""
     from .runner import prompt_tokens
 
     seed = gen_base.seed or 0
@@ -216,6 +222,7 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
     for path in files:
         items = load_prompts(path, n_prompts)
         pairs: dict[str, list[tuple[Run, Run]]] = {v.label: [] for v in variants}
+        peer_runs = []
         for j, item in enumerate(items):
             if on_progress:
                 on_progress(f"{path.name} {j + 1}/{len(items)} {item['id']}")
@@ -226,7 +233,11 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
             late = [v for v in variants if v.proposer not in REFERENCES]
             early = late if j % 2 else []
             runs = {v.label: _variant(pair, tokens, gen_base, v, seed, None) for v in early}
-            base = _one(pair, tokens, base_cfg, pair.new_proposer(gen_base.sampling, seed, name="none"))
+            if peer is not None and j % 2 == 0:
+                peer_runs.append(peer.run(tokens, gen_base.sampling, gen_base.max_tokens, seed))
+            base = _one(pair, tokens, base_cfg, pair.new_proposer(name="none"))
+            if peer is not None and j % 2:
+                peer_runs.append(peer.run(tokens, gen_base.sampling, gen_base.max_tokens, seed))
             for v in variants:
                 if v.label not in runs:
                     runs[v.label] = _variant(pair, tokens, gen_base, v, seed, base)
@@ -234,8 +245,23 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
         for v in variants:
             coupled = gen_base.sampling.greedy or v.rule == "gumbel"
             sets.append(summarise(str(path), v.label, pairs[v.label], coupled=coupled))
+            if peer is not None:
+                sets[-1]["vs_peer_median"] = _vs_peer([p for _, p in pairs[v.label]], peer_runs)
+        if peer is not None:
+            bases = [b for b, _ in next(iter(pairs.values()))]
+            peer.rows.append({"file": str(path), "peer": peer.name, "prompts": len(bases),
+                         "vs_peer_median": _vs_peer(bases, peer_runs),
+                         "tokens_per_s": sum(len(b.tokens) for b in bases) / max(sum(b.gen_s for b in bases), 1e-9),
+                         "peer_tokens_per_s": sum(r.n_tokens for r in peer_runs)
+                         / max(sum(r.gen_s for r in peer_runs), 1e-9)})
     add_ceiling_shares(sets)
     return sets
+
+
+def _vs_peer(runs: list["Run"], peer_runs: list) -> float:
+    """Median over prompts of generation speed over the peer's."""
+    ratios = [r.speed / p.speed for r, p in zip(runs, peer_runs) if r.speed > 0 and p.speed > 0]
+    return statistics.median(ratios) if ratios else 0.0
 
 
 REFERENCES = ("oracle", "ngram-oracle")  # variants that draft from the target alone's text
@@ -249,7 +275,7 @@ def _variant(pair, tokens, gen_base, v: "Variant", seed: int, base: "Run | None"
                               draft_max=v.fixed if v.fixed is not None else gen_base.draft_max)
     prop = (Oracle(base.tokens) if v.proposer == "oracle"
             else TimedLookup(base.tokens) if v.proposer == "ngram-oracle"
-            else pair.new_proposer(gen_base.sampling, seed, name=v.proposer, rule=v.rule, clock=gen_base.clock))
+            else pair.new_proposer(name=v.proposer, clock=gen_base.clock))
     return _one(pair, tokens, cfg, prop)
 
 
@@ -263,7 +289,8 @@ def _one(pair, tokens, cfg, proposer) -> Run:
     return Run(out.tokens, out.stats, out.margins)
 
 
-def report(pair, sets: list[dict], *, target: str, deterministic: bool, rules, clock=None, **settings) -> dict:
+def report(pair, sets: list[dict], *, target: str, deterministic: bool, rules, clock=None, peer=None,
+           **settings) -> dict:
     """The whole result: settings, mode, the probed curve (or the simulated
     clock's), the machine, the sets."""
     curve = (pair.target.curve or {}) if clock is None else clock.timings()
@@ -272,6 +299,8 @@ def report(pair, sets: list[dict], *, target: str, deterministic: bool, rules, c
            "near_tie": NEAR_TIE, "clock": "real" if clock is None else clock.name, "simulated": clock is not None,
            "batch_curve_ms": {n: round(s * 1e3, 2) for n, s in sorted(curve.items())},
            "machine": machine(), "sets": sets}
+    if peer is not None:
+        out["peer"] = peer.rows
     if clock is not None:
         out["draft_ms_per_token"] = round(clock.draft_per_token_s * 1e3, 3)
     return out

@@ -140,8 +140,8 @@ def summary_table(stats: Stats, *, proposer: str, finish: str | None) -> Table:
 
 
 def wide_err() -> Console:
-    """stderr, at least 160 columns wide when it is not a terminal (a log)."""
-    return err if err.is_terminal else Console(stderr=True, highlight=False, width=max(err.width, 160))
+    """stderr, at least 200 columns wide when it is not a terminal (a log)."""
+    return err if err.is_terminal else Console(stderr=True, highlight=False, width=max(err.width, 200))
 
 
 def bench_table(result: dict) -> Table:
@@ -149,21 +149,30 @@ def bench_table(result: dict) -> Table:
     mode = result.get("mode", "default") + " numerics"
     if result.get("verify_cap"):
         mode += f" (verify batches <= {result['verify_cap']})"
+    temp = result["temperature"]
+    samp = f"temperature {temp}" + (f" top-k {result.get('top_k', 0)} top-p {result.get('top_p', 1.0)} "
+                                    f"min-p {result.get('min_p', 0.0)}" if temp > 0 else " (greedy)")
+    peer = result.get("peer")
     table = Table(title=f"spec-cli bench: {result['target']} / draft {result['draft'] or '-'} — "
                         f"{m['cpu']}, {m['cores']} cores, llama-cpp-python {m['llama_cpp_python']}, "
-                        f"{result['max_tokens']} tokens, temperature {result['temperature']}, {mode}, "
+                        f"{result['max_tokens']} tokens, {samp}, {mode}, "
                         f"rule {' & '.join(result.get('rules', ['gumbel']))}, "
-                        + (f"[bold]SIMULATED clock {result['clock']}[/] (times are the profile's, not measured)"
+                        + (f"[bold]SIMULATED clock {result['clock']}[/] (device times are the profile's; "
+                           "the host's time, measured here, is charged on top)"
                            if result.get("simulated") else "real clock"),
                   caption="speedup: end to end (request to last token, prompt reading included) over the target "
                           "alone, median per prompt; gen: after the prompt was read; ceiling: share of the "
                           "oracle's gain; agree: prompts with the target alone's exact tokens (margin: the "
-                          "widest top-1 minus top-2 logit gap where one parted)",
+                          "widest top-1 minus top-2 logit gap where one parted); host ms: outside llama.cpp's "
+                          "decode calls, per step (alone / this) and per drafted token"
+                          + ("; vs peer: generation speed over llama-cpp-python's own loop, median per prompt "
+                             "(on the peer's line: spec-cli's target alone over the peer)" if peer else ""),
                   caption_justify="left", title_justify="left")
     for col, just in (("prompts", "left"), ("proposer", "left"), ("speedup", "right"), ("min-max", "right"),
                       ("gen", "right"), ("ceiling", "right"), ("tok/s", "right"), ("alone", "right"),
                       ("ttft", "right"), ("accept", "right"), ("mean", "right"), ("per-pos", "left"),
-                      ("draft/verify/other", "right"), ("by source", "left"), ("agree", "center")):
+                      ("draft/verify/other", "right"), ("host ms", "right"), ("by source", "left"),
+                      ("agree", "center")) + ((("vs peer", "right"),) if peer else ()):
         table.add_column(col, justify=just)
     for s in result["sets"]:
         sp = s["speedup_e2e_median"]
@@ -182,7 +191,14 @@ def bench_table(result: dict) -> Table:
                       f"{s['ttft_s']:.2f}s", f"{s['acceptance_rate']:.0%}", f"{s['mean_accepted']:.2f}",
                       position_bars(s["per_position"]),
                       f"{s['draft_share']:.0%}/{s['verify_share']:.0%}/{s['overhead_share']:.1%}",
-                      source_cell(s.get("by_source", {})), agree)
+                      f"{s.get('baseline_host_ms_per_step', 0):.2f}/{s.get('host_ms_per_step', 0):.2f}/"
+                      f"{s.get('host_ms_per_drafted', 0):.2f}",
+                      source_cell(s.get("by_source", {})), agree,
+                      *((f"{s.get('vs_peer_median', 0):.2f}x",) if peer else ()))
+    for row in peer or ():
+        table.add_row(Path(row["file"]).name, f"peer: {row['peer']}", "", "", "", "", f"{row['peer_tokens_per_s']:.1f}",
+                      f"{row['tokens_per_s']:.1f}", "", "", "", "", "", "", "", "",
+                      f"{row['vs_peer_median']:.2f}x")
     return table
 
 
