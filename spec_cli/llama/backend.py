@@ -97,7 +97,7 @@ class Model:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
 
-        threads = cfg.n_threads or os.cpu_count() or 1
+        threads = self.n_threads = cfg.n_threads or os.cpu_count() or 1
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = cfg.n_ctx
         cparams.n_batch = cfg.n_batch

@@ -40,8 +40,8 @@ class Peer:
         try:
             with _as_spec_cli_loads(target):
                 self.llm = llama_cpp.Llama(model_path=str(target.path), n_ctx=target.n_ctx, n_batch=target.n_batch,
-                                           n_ubatch=target.n_batch, n_threads=cfg.n_threads or None,
-                                           n_threads_batch=cfg.n_threads or None,
+                                           n_ubatch=target.n_batch, n_threads=target.n_threads,
+                                           n_threads_batch=target.n_threads,
                                            n_gpu_layers=cfg.gpu_layers, verbose=False)
         except (ValueError, RuntimeError) as e:
             raise SpecError(f"llama-cpp-python could not load {target.path.name}: {e}") from e

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..llama.backend import Model, common_prefix
 from ..core.config import Decoding
-from ..core.sampling import SamplingConfig, decide, probs as to_probs, sample
+from ..core.sampling import SamplingConfig, choose, decide, probs as to_probs, sample
 
 
 @dataclass(frozen=True)
@@ -158,8 +158,11 @@ class DraftModel:
         rows: list[np.ndarray] = []
         chain: list[float] = []
         coupled = self.sampling.greedy or self.rule == "gumbel"
+        unsure = self.p_min > 0.0 or keep_going is not None  # the draft's confidence is asked for
         for i in range(k):
-            if coupled:
+            if coupled and not unsure:
+                x, conf = choose(logits, self.sampling, self.seed, pos + i), 1.0
+            elif coupled:
                 x, conf = decide(logits, self.sampling, self.seed, pos + i)
             else:
                 p = to_probs(logits, self.sampling)
@@ -168,7 +171,7 @@ class DraftModel:
             tokens.append(x)
             if i + 1 == k:
                 break
-            if self.p_min > 0.0 or keep_going is not None:
+            if unsure:
                 chain.append(conf)
                 if conf < self.p_min or (keep_going is not None and not keep_going(chain)):
                     break
