@@ -52,7 +52,11 @@ def test_json_object(smollm_path, spec_env):
     assert set(out) >= {"text", "tokens", "finish_reason", "stats"}
     assert out["finish_reason"] in ("stop", "length") and len(out["tokens"]) <= 16
     assert set(out["stats"]) >= {"steps", "drafted", "accepted", "acceptance_rate", "mean_accepted",
-                                 "tokens_per_s", "draft_s", "verify_s"}
+                                 "tokens_per_s", "draft_s", "verify_s", "host_s", "host_ms_per_step",
+                                 "host_ms_per_drafted"}
+    assert 0 < out["stats"]["host_s"] < out["stats"]["draft_s"] + out["stats"]["verify_s"]
+    # llama.cpp's defaults where none is given, at a temperature above 0
+    assert out["sampling"] == {"temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
     again = json.loads(spec("generate", *SMALL, "--draft", "smollm2-135m", "--json", "-n", "16",
                             "--seed", "3", "--temp", "0.7", "--fixed-draft", "Name three colours.",
                             env=spec_env).stdout)

@@ -187,3 +187,18 @@ def test_two_stage_choice_is_an_exact_sample(monkeypatch):
     counts = Counter(cell(fast.choose(logits, head_only, s, 0)) for s in range(n))
     fits, stat, crit = chi2_fits(counts, expected, n)
     assert not fits, f"a sampler without the tail passed: chi2 {stat:.1f} <= {crit:.1f}"
+
+
+def test_margin_sees_a_token_just_left_out_by_the_cut():
+    """Where a token the cut left out by 0.1 logits would win were it kept,
+    rounding can change the choice: bench's margin says 0.1, not the gap."""
+    import math
+
+    x = np.array([5.0, 4.0, 2.0, -9.0, -9.0])
+    cfg = SamplingConfig(temperature=1.0, min_p=math.exp(-2.9))  # the cut at 2.1: token 2 is out by 0.1
+    assert set(np.flatnonzero(fast.probs(x, cfg))) == {0, 1}
+    at_cut = [s for s in range(200) if fast.margin(x, cfg, s, 0) == pytest.approx(0.1)]
+    assert 0 < len(at_cut) < 200  # the seeds where token 2 would have won
+    far = x.copy()
+    far[2] = -9.0  # nothing near the cut: the margin is the scores' gap again
+    assert not any(fast.margin(far, cfg, s, 0) == pytest.approx(0.1) for s in at_cut)

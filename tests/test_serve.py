@@ -249,6 +249,7 @@ def test_keys_are_checked(guarded):
     assert status == 401 and reply["error"]["type"] == "authentication_error"
     status, reply, _ = guarded.get("/v1/models", headers={"Authorization": f"Bearer {KEY}"})
     assert status == 200 and reply["data"][0]["id"]
+    assert reply["data"][0]["meta"]["sampling_defaults"] == {"top_k": 40, "top_p": 0.95, "min_p": 0.05}
     with pytest.raises(openai.AuthenticationError):
         client(guarded, api_key="wrong").models.list()
 

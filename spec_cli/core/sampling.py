@@ -304,11 +304,67 @@ def choose_from_probs(q: np.ndarray, seed: int, pos: int) -> int:
                       ids, z, math.log(float(np.exp(z).sum()))), seed, pos)[0]
 
 
+def _top_p_distance(x: np.ndarray, cfg: SamplingConfig) -> float:
+    """How far top-p's cut is from moving by one token, as the log of the
+    cumulative mass's ratio to p times the temperature (what a shift of the
+    logits that size would do to the masses)."""
+    q = probs(x, SamplingConfig(temperature=cfg.temperature, top_k=cfg.top_k))
+    mass = np.cumsum(np.sort(q[q > 0])[::-1])
+    before = np.concatenate([[0.0], mass[:-1]])  # the mass before each token, most probable first
+    kept = before < cfg.top_p
+    last_in, first_out = before[kept][-1], before[~kept][:1]
+    gaps = [math.log(cfg.top_p / last_in)] if last_in > 0 else []
+    gaps += [math.log(first_out[0] / cfg.top_p)] if len(first_out) else []
+    return cfg.temperature * min(gaps) if gaps else math.inf
+
+
+_CUT_WINDOW = 4.0  # logits: tokens further below the cut are out of rounding's reach
+
+
 def margin(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> float:
-    """How far the chosen token is ahead of the runner-up, in logits (the
-    perturbed scores times the temperature when sampling): a small margin
-    is a near-tie that rounding may flip."""
+    """How far the chosen token is from being another, in logits: a small
+    margin is a near-tie that rounding may flip.  Greedy: top-1 minus
+    top-2.  Sampling: the perturbed scores' gap times the temperature, or,
+    where top-k/top-p/min-p cut q, how near the cut lies to a token whose
+    crossing it would change the choice -- the chosen one dropping out, or
+    one left out that would win were it kept (for top-p, the cumulative
+    mass's distance from p, on the same log scale)."""
     if cfg.greedy:
         top2 = np.partition(np.asarray(logits, dtype=np.float64), -2)[-2:]
         return float(top2[1] - top2[0])
-    return _pick(dist(logits, cfg), seed, pos)[1] * cfg.temperature
+    d = dist(logits, cfg)
+    token, gap = _pick(d, seed, pos)
+    t = cfg.temperature
+    out = gap * t
+    if d.ids is None or len(d.ids) == d.x.shape[-1]:
+        return out
+    x = d.x
+    # each cut as a logit threshold: min-p's floor, top-k's k-th largest
+    floor = d.m + t * math.log(cfg.min_p) if cfg.min_p > 0.0 else -math.inf
+    kth = -math.inf
+    if 0 < cfg.top_k < x.shape[-1]:
+        kth = float(np.partition(x, x.shape[-1] - cfg.top_k)[x.shape[-1] - cfg.top_k])
+    low = float(x[d.ids].min())
+    near = np.flatnonzero(x >= low - _CUT_WINDOW)
+    near = near[np.isin(near, d.ids, invert=True)]
+    if near.size == 0:
+        return out
+    x_near = x[near].astype(np.float64)
+    x_tok = float(x[token])
+    # the chosen one dropping out: below min-p's floor, under the best one top-k left out, out of top-p
+    if cfg.min_p > 0.0:
+        out = min(out, x_tok - floor)
+    if kth > -math.inf:
+        out = min(out, x_tok - float(x_near[x_near < kth].max(initial=-math.inf)))
+    if cfg.top_p < 1.0 and x_tok == low:
+        out = min(out, _top_p_distance(x, cfg))
+    # one left out that would win were it kept: how far it is from passing every cut it fails
+    s_token = d.z_of(np.array([token]))[0] - d.log_z + gumbel(seed, pos, np.array([token]))[0]
+    beats = d.z_of(near) - d.log_z + gumbel(seed, pos, near) > s_token
+    for xe in x_near[beats]:
+        need = [floor - xe] if xe < floor else []
+        need += [kth - xe] if xe < kth else []
+        if not need and cfg.top_p < 1.0:  # only top-p left it out
+            need = [_top_p_distance(x, cfg)]
+        out = min(out, max(need, default=0.0))
+    return max(out, 0.0)
