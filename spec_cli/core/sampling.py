@@ -60,7 +60,7 @@ class Dist:
     e: np.ndarray | None = None   # exp(z) of every token (float32), when ids is None
 
     def z_of(self, ids: np.ndarray) -> np.ndarray:
-        return self.x[ids].astype(np.float64) / self.temperature - self.m / self.temperature
+        return _z(self.x, ids, self.m, self.temperature)
 
     @property
     def q_top(self) -> float:
@@ -88,12 +88,12 @@ def dist(logits: np.ndarray, cfg: SamplingConfig) -> Dist:
     e = None
     if cfg.top_p < 1.0:
         if ids is None:  # the mass is counted over every token: one pass for the sum
-            e = np.exp((x - np.float32(m)) * np.float32(1.0 / t), dtype=np.float32)
+            e = _exp_all(x, m, t)
             total = float(e.sum(dtype=np.float64))
             ids = _window(x, m, lambda w: _mass(x, w, m, t) >= cfg.top_p * total)
         else:
             total = _mass(x, ids, m, t)
-        z = x[ids].astype(np.float64) / t - m / t
+        z = _z(x, ids, m, t)
         order = np.argsort(-z, kind="stable")
         sorted_p = np.exp(z[order]) / total
         # keep a token if the mass *before* it is still below top_p
@@ -102,10 +102,9 @@ def dist(logits: np.ndarray, cfg: SamplingConfig) -> Dist:
         floor = m + t * math.log(cfg.min_p)
         ids = np.flatnonzero(x >= floor) if ids is None else ids[x[ids] >= floor]
     if ids is None:
-        if e is None:
-            e = np.exp((x - np.float32(m)) * np.float32(1.0 / t), dtype=np.float32)
+        e = _exp_all(x, m, t) if e is None else e
         return Dist(x, t, top, m, None, None, math.log(float(e.sum(dtype=np.float64))), e)
-    z = x[ids].astype(np.float64) / t - m / t
+    z = _z(x, ids, m, t)
     zmax = z.max()
     return Dist(x, t, top, m, ids, z, float(zmax + math.log(np.exp(z - zmax).sum())))
 
@@ -138,8 +137,18 @@ def _top_k_window(x: np.ndarray, k: int) -> np.ndarray | None:
     return ids if len(ids) >= k else None
 
 
+def _z(x: np.ndarray, ids, m: float, t: float) -> np.ndarray:
+    """logit / T - max / T of `ids`, in float64: log q before normalising."""
+    return x[ids].astype(np.float64) / t - m / t
+
+
+def _exp_all(x: np.ndarray, m: float, t: float) -> np.ndarray:
+    """exp(z) of every token, in float32: the one pass over the row."""
+    return np.exp((x - np.float32(m)) * np.float32(1.0 / t), dtype=np.float32)
+
+
 def _mass(x: np.ndarray, ids: np.ndarray, m: float, t: float) -> float:
-    return float(np.exp(x[ids].astype(np.float64) / t - m / t).sum())
+    return float(np.exp(_z(x, ids, m, t)).sum())
 
 
 def probs(logits: np.ndarray, cfg: SamplingConfig) -> np.ndarray:
@@ -297,11 +306,11 @@ def choose(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> int:
 def choose_from_probs(q: np.ndarray, seed: int, pos: int) -> int:
     """`choose` for a probability row already computed (the same choice)."""
     ids = np.flatnonzero(q)
-    logq = np.log(q[ids])
-    top = float(logq.max())
-    z = logq - top
-    return _pick(Dist(np.log(np.maximum(q, 1e-300)), 1.0, int(ids[np.argmax(logq)]), top,
-                      ids, z, math.log(float(np.exp(z).sum()))), seed, pos)[0]
+    with np.errstate(divide="ignore"):
+        x = np.log(q)  # a row of logits at temperature 1 (-inf where q is 0)
+    top = int(ids[np.argmax(x[ids])])
+    z = _z(x, ids, float(x[top]), 1.0)
+    return _pick(Dist(x, 1.0, top, float(x[top]), ids, z, math.log(float(np.exp(z).sum()))), seed, pos)[0]
 
 
 def _top_p_distance(x: np.ndarray, cfg: SamplingConfig) -> float:

@@ -233,10 +233,11 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
             late = [v for v in variants if v.proposer not in REFERENCES]
             early = late if j % 2 else []
             runs = {v.label: _variant(pair, tokens, gen_base, v, seed, None) for v in early}
-            if peer is not None and j % 2 == 0:
+            peer_first = peer is not None and j % 2 == 0
+            if peer_first:
                 peer_runs.append(peer.run(tokens, gen_base.sampling, gen_base.max_tokens, seed))
             base = _one(pair, tokens, base_cfg, pair.new_proposer(name="none"))
-            if peer is not None and j % 2:
+            if peer is not None and not peer_first:
                 peer_runs.append(peer.run(tokens, gen_base.sampling, gen_base.max_tokens, seed))
             for v in variants:
                 if v.label not in runs:
@@ -250,10 +251,10 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
         if peer is not None:
             bases = [b for b, _ in next(iter(pairs.values()))]
             peer.rows.append({"file": str(path), "peer": peer.name, "prompts": len(bases),
-                         "vs_peer_median": _vs_peer(bases, peer_runs),
-                         "tokens_per_s": sum(len(b.tokens) for b in bases) / max(sum(b.gen_s for b in bases), 1e-9),
-                         "peer_tokens_per_s": sum(r.n_tokens for r in peer_runs)
-                         / max(sum(r.gen_s for r in peer_runs), 1e-9)})
+                              "vs_peer_median": _vs_peer(bases, peer_runs),
+                              "tokens_per_s": sets[-1]["baseline_tokens_per_s"],  # the same target-alone runs
+                              "peer_tokens_per_s": sum(r.n_tokens for r in peer_runs)
+                              / max(sum(r.gen_s for r in peer_runs), 1e-9)})
     add_ceiling_shares(sets)
     return sets
 

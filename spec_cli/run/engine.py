@@ -193,7 +193,7 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
         # the draft, the correction and what came before must fit the context
         r = step(target, proposer, policy, context, max(0, min(draft_max, remaining - 1,
                                                               target.n_ctx - len(context) - 1)), pick, cfg.clock)
-        margins = tuple(margin(r.logits[i], cfg.sampling, seed, out.produced + i)
+        margins = tuple(margin(r.logits[i], decoding.sampling, decoding.seed, out.produced + i)
                         for i in range(r.accepted + 1)) if cfg.margins else ()
         new, origin, text, segments, finish, margins = out.add([*r.draft[:r.accepted], r.token],
                                                               r.accepted, len(context), margins)

@@ -139,9 +139,12 @@ class DraftModel:
         self._prompt_len, self._behind = len(prompt), 0
         if decoding is not None:
             self.decoding = decoding
-            self.sampling = self.own_sampling or decoding.sampling
-            self.rule, self.seed = decoding.rule, decoding.seed
             self.rng = np.random.default_rng([decoding.seed, 1])
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        """The draft's own transform: the generation's, unless one was given."""
+        return self.own_sampling or self.decoding.sampling
 
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
         self._behind = len(context) - common_prefix(self.model.tokens, context)  # draft() reuses it
@@ -157,15 +160,16 @@ class DraftModel:
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         chain: list[float] = []
-        coupled = self.sampling.greedy or self.rule == "gumbel"
+        sampling, seed = self.sampling, self.decoding.seed
+        coupled = sampling.greedy or self.decoding.rule == "gumbel"
         unsure = self.p_min > 0.0 or keep_going is not None  # the draft's confidence is asked for
         for i in range(k):
             if coupled and not unsure:
-                x, conf = choose(logits, self.sampling, self.seed, pos + i), 1.0
+                x, conf = choose(logits, sampling, seed, pos + i), 1.0
             elif coupled:
-                x, conf = decide(logits, self.sampling, self.seed, pos + i)
+                x, conf = decide(logits, sampling, seed, pos + i)
             else:
-                p = to_probs(logits, self.sampling)
+                p = to_probs(logits, sampling)
                 x, conf = sample(p, self.rng), float(p.max())
                 rows.append(p)
             tokens.append(x)
@@ -253,7 +257,7 @@ class Hybrid:
         n = len(prop.tokens)
         dm = self.draft_model
         if (n == 0 or n >= k or keep_going is None or shares[-1] < self.CONFIDENT
-                or (dm.rule == "residual" and not dm.sampling.greedy)
+                or (dm.decoding.rule == "residual" and not dm.sampling.greedy)
                 or not keep_going(shares, dm.name)):
             return prop
         ext = dm.draft(list(context) + prop.tokens, Candidate(dm.name, k - n), k - n,

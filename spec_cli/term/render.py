@@ -168,11 +168,12 @@ def bench_table(result: dict) -> Table:
                           + ("; vs peer: generation speed over llama-cpp-python's own loop, median per prompt "
                              "(on the peer's line: spec-cli's target alone over the peer)" if peer else ""),
                   caption_justify="left", title_justify="left")
-    for col, just in (("prompts", "left"), ("proposer", "left"), ("speedup", "right"), ("min-max", "right"),
-                      ("gen", "right"), ("ceiling", "right"), ("tok/s", "right"), ("alone", "right"),
-                      ("ttft", "right"), ("accept", "right"), ("mean", "right"), ("per-pos", "left"),
-                      ("draft/verify/other", "right"), ("host ms", "right"), ("by source", "left"),
-                      ("agree", "center")) + ((("vs peer", "right"),) if peer else ()):
+    columns = (("prompts", "left"), ("proposer", "left"), ("speedup", "right"), ("min-max", "right"),
+               ("gen", "right"), ("ceiling", "right"), ("tok/s", "right"), ("alone", "right"),
+               ("ttft", "right"), ("accept", "right"), ("mean", "right"), ("per-pos", "left"),
+               ("draft/verify/other", "right"), ("host ms", "right"), ("by source", "left"),
+               ("agree", "center")) + ((("vs peer", "right"),) if peer else ())
+    for col, just in columns:
         table.add_column(col, justify=just)
     for s in result["sets"]:
         sp = s["speedup_e2e_median"]
@@ -196,9 +197,10 @@ def bench_table(result: dict) -> Table:
                       source_cell(s.get("by_source", {})), agree,
                       *((f"{s.get('vs_peer_median', 0):.2f}x",) if peer else ()))
     for row in peer or ():
-        table.add_row(Path(row["file"]).name, f"peer: {row['peer']}", "", "", "", "", f"{row['peer_tokens_per_s']:.1f}",
-                      f"{row['tokens_per_s']:.1f}", "", "", "", "", "", "", "", "",
-                      f"{row['vs_peer_median']:.2f}x")
+        cells = {"prompts": Path(row["file"]).name, "proposer": f"peer: {row['peer']}",
+                 "tok/s": f"{row['peer_tokens_per_s']:.1f}", "alone": f"{row['tokens_per_s']:.1f}",
+                 "vs peer": f"{row['vs_peer_median']:.2f}x"}
+        table.add_row(*(cells.get(col, "") for col, _ in columns))
     return table
 
 
