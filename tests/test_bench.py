@@ -149,3 +149,6 @@ def test_bench_on_a_simulated_clock_says_so(smollm_path, spec_env):
     assert sets["oracle"]["baseline_tokens_per_s"] == pytest.approx(1000 / (40.0 + host_ms), rel=0.01)
     bad = spec("bench", "--target", "smollm2-135m", "--proposer", "ngram", "--clock", "tpu", env=spec_env)
     assert bad.returncode == 1 and "no clock profile 'tpu'" in bad.stderr and "Traceback" not in bad.stderr
+    mixed = spec("bench", "--target", "smollm2-135m", "--proposer", "ngram", "--clock", "gpu-70b",
+                 "--peer", "llama-cpp-python", env=spec_env)
+    assert mixed.returncode == 1 and "cannot be compared" in mixed.stderr and "Traceback" not in mixed.stderr

@@ -62,6 +62,9 @@ def bench(
         read_profile(clock)  # a bad profile is said before the models load
     if peer is not None and peer not in PEERS:
         raise SpecError(f"unknown peer {peer!r}", hint=f"Choose: {', '.join(PEERS)}.")
+    if peer is not None and clock:
+        raise SpecError("--peer measures real time, --clock simulates it: the two cannot be compared",
+                        hint="Drop one of them.")
     samp = sampling(temp, top_k, top_p, min_p)
     variants = variants_from(proposer, sweep_draft_max, [check_rule(r) for r in rule])
     if not variants:
