@@ -238,6 +238,13 @@ def test_bad_requests_get_400_naming_the_field(server):
     assert status == 400 and "context holds 2048" in reply["error"]["message"]
     status, reply, _ = server.get("/v1/nothing")
     assert status == 404 and reply["error"]["type"] == "not_found_error"
+    # what a float cannot hold, text that is not Unicode, JSON nested past the parser: 400, never 500
+    status, reply, _ = server.post("/v1/completions", raw=b'{"prompt": "hi", "max_tokens": ' + b"9" * 400 + b"}")
+    assert status == 400 and reply["error"]["param"] == "max_tokens"
+    status, reply, _ = server.post("/v1/completions", raw=b'{"prompt": "hi \\ud800", "max_tokens": 4}')
+    assert status == 400 and "lone surrogate" in reply["error"]["message"]
+    status, reply, _ = server.post("/v1/completions", raw=b"[" * 100_000 + b"]" * 100_000)
+    assert status == 400
     with pytest.raises(openai.BadRequestError):
         client(server).chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}], n=2)
 

@@ -63,13 +63,20 @@ class Request:
 
 # -- field checks -------------------------------------------------------------
 
+MAX_INT = 2 ** 63  # the largest integer any numeric field takes, before its own bounds (seeds: mod 2**31)
+
+
 def _number(body: dict, name: str, default, *, lo: float | None = None, hi: float | None = None,
             integer: bool = False):
     value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise bad(name, f"must be {'an integer' if integer else 'a number'}, not {value!r}")
+    if isinstance(value, int) and abs(value) > MAX_INT:  # a float cannot hold it: refused before any arithmetic
+        raise bad(name, f"must be at most 2**63 in size, not a {value.bit_length()}-bit integer")
+    if integer and not float(value).is_integer():
+        raise bad(name, f"must be an integer, not {value!r}")
     if not math.isfinite(value):
         raise bad(name, f"must be finite, not {value!r}")
     if lo is not None and value < lo:

@@ -51,9 +51,17 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
                 raise ApiError(413, f"the request body is over {max_body} bytes")
             body.append(chunk)
         try:
-            return json.loads(b"".join(body))
+            obj = json.loads(b"".join(body))
+            # a lone surrogate ("\\ud800") is valid JSON but no text: refused here, before anything tokenizes it
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:  # before ValueError, its base
+            raise ApiError(400, "the request body holds a lone surrogate (\\ud800-\\udfff without its pair): "
+                                "not valid Unicode text") from None
         except (ValueError, UnicodeDecodeError) as e:
             raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+        except RecursionError:
+            raise ApiError(400, "the request body is nested too deeply") from None
+        return obj
 
     async def next_event(job: Job, request: HttpRequest):
         while True:
