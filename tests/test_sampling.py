@@ -53,7 +53,7 @@ def test_rows_are_transformed_independently():
     assert np.allclose(both.sum(axis=1), 1.0)
 
 
-@pytest.mark.parametrize("kw", [{"temperature": -1}, {"top_k": -1}, {"top_p": 0.0},
+@pytest.mark.parametrize("kw", [{"temperature": -1}, {"temperature": 1e-310}, {"top_k": -1}, {"top_p": 0.0},
                                 {"top_p": 1.5}, {"min_p": 1.0}])
 def test_invalid_settings_are_refused(kw):
     with pytest.raises(ValueError):

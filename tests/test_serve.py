@@ -245,6 +245,8 @@ def test_bad_requests_get_400_naming_the_field(server):
     assert status == 400 and "lone surrogate" in reply["error"]["message"]
     status, reply, _ = server.post("/v1/completions", raw=b"[" * 100_000 + b"]" * 100_000)
     assert status == 400
+    status, reply, _ = server.post("/v1/completions", {"prompt": "hi", "max_tokens": 4, "temperature": 1e-310})
+    assert status == 400 and "greedy" in reply["error"]["message"]
     with pytest.raises(openai.BadRequestError):
         client(server).chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}], n=2)
 

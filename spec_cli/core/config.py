@@ -11,6 +11,9 @@ from dataclasses import dataclass
 DEFAULT_TOP_K = 40
 DEFAULT_TOP_P = 0.95
 DEFAULT_MIN_P = 0.05
+# below this a temperature divides logits past float range (1 / 1e-310 is
+# inf): 0 is greedy, anything in between is refused
+MIN_TEMPERATURE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,8 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError("temperature must be >= 0")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}")
         if self.top_k < 0:
             raise ValueError("top_k must be >= 0")
         if not 0.0 < self.top_p <= 1.0:
