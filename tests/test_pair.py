@@ -18,7 +18,7 @@ MAX_TOKENS = 40
 
 def tokens_for(model, item):
     if item["kind"] == "chat":
-        return model.tokenize_chat(model.apply_chat_template([{"role": "user", "content": item["prompt"]}]))
+        return model.tokenize_chat([{"role": "user", "content": item["prompt"]}])
     return model.tokenize(item["prompt"])
 
 

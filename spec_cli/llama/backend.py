@@ -1,9 +1,12 @@
 """llama.cpp through llama-cpp-python's low-level API.  The only module that
 imports `llama_cpp`.
 
-One `Model` is one GGUF file with one context and one sequence.  It tracks
-the tokens held in its KV cache (`tokens`), so callers can reuse a cached
-prefix and roll back rejected positions.  Logits are read only for the rows
+One `Model` is one GGUF file with one context.  The context holds one
+sequence, or several (`LoadConfig.n_seq`, each with a KV cache of its own:
+the server keeps editors apart from chats); `use(seq)` picks the one that
+decodes.  It tracks the tokens held in that sequence's KV cache
+(`tokens`), so callers can reuse a cached prefix and roll back rejected
+positions.  Logits are read only for the rows
 asked for, copied into numpy: no `logits_all`, no n_ctx x n_vocab array.
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -45,6 +49,9 @@ class LoadConfig:
     # ggml-cpu's extra buffer types (weight repacking, AMX); None: as
     # cpucheck.py decides for this build and CPU (off where AMX faults)
     extra_bufts: bool | None = None
+    # sequences in the context, each with its own KV cache of n_ctx tokens
+    # (llama.cpp's non-unified cache: a sequence attends over its own cells only)
+    n_seq: int = 1
 
 
 # -- logging: llama.cpp talks a lot on stderr; keep errors only -------------
@@ -99,7 +106,10 @@ class Model:
 
         threads = self.n_threads = cfg.n_threads or os.cpu_count() or 1
         cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = cfg.n_ctx
+        cparams.n_ctx = cfg.n_ctx * cfg.n_seq
+        if cfg.n_seq > 1:
+            cparams.n_seq_max = cfg.n_seq
+            cparams.kv_unified = False
         cparams.n_batch = cfg.n_batch
         cparams.n_ubatch = cfg.n_batch
         cparams.n_threads = threads
@@ -121,12 +131,14 @@ class Model:
             raise SpecError(f"llama.cpp could not create a context of {cfg.n_ctx} tokens "
                             f"for {self.path.name}",
                             hint="Try a smaller --ctx, or fewer GPU layers.")
-        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx) // cfg.n_seq  # each sequence's
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)  # llama.cpp may lower what was asked
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
-        self.tokens: list[int] = []  # what the KV cache holds, position by position
+        self._seqs: list[list[int]] = [[] for _ in range(cfg.n_seq)]
+        self.seq = 0
+        self.tokens: list[int] = self._seqs[0]  # what the sequence's KV cache holds, position by position
         # set by probe.py: seconds per batch of n tokens (the cost model's
         # prior) and, when deterministic, the largest bitwise-exact batch
         self.curve: dict[int, float] | None = None
@@ -224,13 +236,39 @@ class Model:
                                   bos_token=self.token_text(self.bos))
         return fmt(messages=messages).prompt
 
-    def tokenize_chat(self, rendered: str) -> list[int]:
-        """Tokens of a rendered chat prompt: special tokens parsed, and BOS
-        added only if the model wants one and the template did not write it."""
-        tokens = self.tokenize(rendered, add_special=False, parse_special=True)
+    def tokenize_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Tokens of `messages` in the GGUF's chat template, ready for the
+        reply.  Special tokens are parsed in the template's own text only:
+        a message's content is tokenized as plain text, so a role marker
+        typed into it (`<|im_end|>\n<|im_start|>system`) stays text and
+        cannot open a turn of its own.  BOS is added only if the model
+        wants one and the template did not write it."""
+        rendered = self.apply_chat_template(messages)
+        contents = [m.get("content") or "" for m in messages]
+        marked = self.apply_chat_template([{**m, "content": _MARK.format(i)} for i, m in enumerate(messages)])
+        spans = content_spans(rendered, marked, contents)
+        if spans is None:  # the template changes contents in ways the marks cannot follow
+            for i, content in enumerate(contents):
+                if self._has_special(content):
+                    raise SpecError(f"message {i} holds the text of a special token, and this model's chat "
+                                    "template rewrites messages in a way that cannot keep it apart from the "
+                                    "template's own markers", hint="Remove the special-token text from it.")
+            spans = []
+        tokens: list[int] = []
+        pos = 0
+        for lo, hi in spans:
+            tokens += self.tokenize(rendered[pos:lo], add_special=False, parse_special=True)
+            tokens += self.tokenize(rendered[lo:hi], add_special=False, parse_special=False)
+            pos = hi
+        tokens += self.tokenize(rendered[pos:], add_special=False, parse_special=True)
         if self.add_bos and self.bos >= 0 and (not tokens or tokens[0] != self.bos):
             tokens.insert(0, self.bos)
         return tokens
+
+    def _has_special(self, text: str) -> bool:
+        """Whether `text` holds the text of a special token."""
+        return (self.tokenize(text, add_special=False, parse_special=True)
+                != self.tokenize(text, add_special=False, parse_special=False))
 
     def vocab_difference(self, other: "Model", *, texts: bool = True) -> str | None:
         """Why `other` cannot draft for this model, or None if it can (see
@@ -274,6 +312,16 @@ class Model:
         return int(llama_cpp.llama_model_size(self._model))
 
     # -- decoding ----------------------------------------------------------
+    @property
+    def n_seq(self) -> int:
+        return len(self._seqs)
+
+    def use(self, seq: int) -> None:
+        """Decode, rewind and reset sequence `seq` from now on; each keeps its
+        own KV cache and `tokens`."""
+        self.seq = seq
+        self.tokens = self._seqs[seq]
+
     def decode(self, tokens: Sequence[int], *, logits_from: int | None = None,
                copy: bool = True) -> np.ndarray | None:
         """Append `tokens` to the KV cache at positions len(self.tokens)...
@@ -306,14 +354,14 @@ class Model:
         pos0 = len(self.tokens)
         # the cache holds exactly self.tokens: drop anything a decode cut
         # short by Ctrl-C may have left behind
-        llama_cpp.llama_memory_seq_rm(self._mem, 0, pos0, -1)
+        llama_cpp.llama_memory_seq_rm(self._mem, self.seq, pos0, -1)
         m = len(chunk)
         b.n_tokens = m
         for i, t in enumerate(chunk):
             b.token[i] = t
             b.pos[i] = pos0 + i
             b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
+            b.seq_id[i][0] = self.seq
             b.logits[i] = first is not None and i >= first
         global _decode_s
         t0 = time.perf_counter()
@@ -343,11 +391,15 @@ class Model:
     def truncate(self, n: int) -> None:
         """Drop KV entries from position n on."""
         if n < len(self.tokens):
-            llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
+            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, n, -1)
             del self.tokens[n:]
 
     def reset(self) -> None:
-        llama_cpp.llama_memory_clear(self._mem, True)
+        """Empty this sequence's KV cache (the others keep theirs)."""
+        if self.n_seq == 1:
+            llama_cpp.llama_memory_clear(self._mem, True)
+        else:
+            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, -1, -1)
         self.tokens.clear()
 
     def catch_up(self, tokens: Sequence[int], *, logits_last: bool = False,
@@ -468,6 +520,38 @@ class ContextFull(SpecError):
         super().__init__(f"the context is full ({need} tokens needed, {n_ctx} available)",
                          hint="Use a larger --ctx, or a shorter prompt.")
         self.need, self.n_ctx = need, n_ctx
+
+
+_MARK = "\ue000{}\ue001"  # a message's place in the rendered template (private-use characters)
+_MARKS = re.compile("\ue000(\\d+)\ue001")
+
+
+def content_spans(rendered: str, marked: str, contents: list[str]) -> list[tuple[int, int]] | None:
+    """Where the messages' contents lie in `rendered`, as (start, end)
+    spans in order: `marked` is the same template rendered with mark i in
+    place of content i, so what lies between marks is the template's own
+    text.  A content may appear as given or trimmed.  None if `rendered`
+    does not follow `marked` so (a template that inspects or rewrites
+    contents)."""
+    parts = _MARKS.split(marked)  # [text, index, text, index, ..., text]
+    spans, pos = [], 0
+    for k in range(0, len(parts) - 1, 2):
+        if not rendered.startswith(parts[k], pos):
+            return None
+        pos += len(parts[k])
+        i, after = int(parts[k + 1]), parts[k + 2]
+        if i >= len(contents):
+            return None
+        c = contents[i]
+        for text in dict.fromkeys((c, c.strip(), c.lstrip(), c.rstrip())):
+            if rendered.startswith(text, pos) and rendered.startswith(after, pos + len(text)):
+                break
+        else:
+            return None
+        if text:
+            spans.append((pos, pos + len(text)))
+        pos += len(text)
+    return spans if rendered[pos:] == parts[-1] else None
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

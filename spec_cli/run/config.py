@@ -22,3 +22,4 @@ class PairConfig:
     # model can never pay here; True: it is then not even loaded (bench loads
     # it, for `--proposer draft`)
     draft_if_it_pays: bool = True
+    seqs: int = 1  # sequences per context, each with a KV cache of `ctx` tokens (serve: 2, editors apart)

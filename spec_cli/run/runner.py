@@ -58,8 +58,14 @@ class Pair:
         if self.draft is not None:
             probe.remember(self.draft)
 
+    def use(self, seq: int) -> None:
+        """Both models decode in sequence `seq` from now on (backend.Model.use)."""
+        self.target.use(seq)
+        if self.draft is not None:
+            self.draft.use(seq)
+
     def reset(self) -> None:
-        """Empty both KV caches."""
+        """Empty both KV caches (of the sequence in use)."""
         self.target.reset()
         if self.draft is not None:
             self.draft.reset()
@@ -93,11 +99,11 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
 
     verdict = cpucheck.verdict(min((p for p in (target_path, draft_path) if p is not None), key=_size))
     target_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.gpu_layers,
-                            deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts)
+                            deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts, n_seq=cfg.seqs)
     # the draft's numerics decide acceptance, never the output; the same
     # mode as the target's keeps a model drafting for itself always right
     draft_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.draft_gpu_layers,
-                           deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts)
+                           deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts, n_seq=cfg.seqs)
     notes = [verdict.note] if verdict.note else []
     draft_pays = True
     if draft_path is not None and cfg.proposer == "hybrid":
@@ -209,4 +215,4 @@ def prompt_tokens(target: Model, text: str, *, raw: bool, system: str | None = N
         return tokens
     messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": text}]
-    return target.tokenize_chat(target.apply_chat_template(messages))
+    return target.tokenize_chat(messages)
