@@ -76,6 +76,11 @@ class Step:
     time measured here (each phase its own), not what the wall showed.
     finish_reason: None while going on; else "stop" (end-of-generation token
         or stop string), "length" (max tokens) or "context" (context full).
+    stop_type: with a finish reason, llama-server's word for it: "eos" (an
+        end-of-generation token), "word" (a stop string) or "limit".
+    pieces: each of `tokens`' text, as far as it was written (a stop
+        string's held-back text lands on a later token; the text after a
+        stop string is on none).
     """
 
     tokens: tuple[int, ...]
@@ -93,6 +98,8 @@ class Step:
     source: str = "none"   # what drafted (the policy's source name), "none" for a plain step
     host_s: float = 0.0
     host_draft_s: float = 0.0   # the part of host_s spent drafting
+    stop_type: str | None = None
+    pieces: tuple[str, ...] = ()
 
 
 class StopMatcher:
@@ -195,14 +202,14 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
                                                               target.n_ctx - len(context) - 1)), pick, cfg.clock)
         margins = tuple(margin(r.logits[i], decoding.sampling, decoding.seed, out.produced + i)
                         for i in range(r.accepted + 1)) if cfg.margins else ()
-        new, origin, text, segments, finish, margins = out.add([*r.draft[:r.accepted], r.token],
-                                                              r.accepted, len(context), margins)
+        new, origin, text, segments, finish, margins, pieces = out.add([*r.draft[:r.accepted], r.token],
+                                                                      r.accepted, len(context), margins)
         context = context + new
         yield Step(tokens=tuple(new), from_draft=tuple(origin), text=text, segments=segments,
                    drafted=len(r.draft), accepted=r.accepted, draft_s=r.draft_s,
                    verify_s=r.verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
                    finish_reason=finish, margins=margins, source=r.source if r.draft else "none",
-                   host_s=r.host_s, host_draft_s=r.host_draft_s)
+                   host_s=r.host_s, host_draft_s=r.host_draft_s, stop_type=out.stop_type, pieces=pieces)
         prefill = (0, 0.0)
         if finish is not None:
             return
@@ -248,34 +255,42 @@ class _Output:
         self.detok = Detokenizer(target)
         self.stops = StopMatcher(cfg.stop)
         self.produced = 0
+        self.stop_type: str | None = None
 
     def add(self, new: list[int], n_draft: int, n_context: int, margins: tuple):
         origin = [True] * n_draft + [False]
         finish = None
         for i, t in enumerate(new):
             if self.target.is_eog(t):
-                new, origin, finish = new[:i], origin[:i], "stop"
+                new, origin, finish, self.stop_type = new[:i], origin[:i], "stop", "eos"
                 margins = margins[:i + 1]
                 break
         remaining = self.cfg.max_tokens - self.produced
         if len(new) >= remaining:
             new, origin = new[:remaining], origin[:remaining]
             finish = finish or "length"
-        self.produced += len(new)
         segments, hit = [], False
-        for t, o in zip(new, origin):
+        for j, (t, o) in enumerate(zip(new, origin)):
             piece, hit = self.stops.feed(self.detok.add(t))
             segments.append((piece, o))
-            if hit:
+            if hit:  # the tokens after the stop string are not the output's
+                new, origin = new[:j + 1], origin[:j + 1]
                 break
+        self.produced += len(new)
         if hit:
-            finish = "stop"
+            finish, self.stop_type = "stop", "word"
         elif finish is None and n_context + len(new) >= self.target.n_ctx:
             finish = "context"
+        pieces = [p for p, _ in segments]
         if finish is not None and not hit:
-            segments.append((self.stops.feed(self.detok.flush())[0] + self.stops.flush(), False))
+            tail = self.stops.feed(self.detok.flush())[0] + self.stops.flush()
+            segments.append((tail, False))
+            if pieces:
+                pieces[-1] += tail
+        if finish is not None and self.stop_type is None:
+            self.stop_type = "limit"
         segments = tuple((p, o) for p, o in segments if p)
-        return new, origin, "".join(p for p, _ in segments), segments, finish, margins
+        return new, origin, "".join(p for p, _ in segments), segments, finish, margins, tuple(pieces)
 
 
 def _prefill(target: Model, prompt: list[int]) -> int:

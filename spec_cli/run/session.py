@@ -42,6 +42,7 @@ class Session:
     segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, from the draft?)
     margins: list[float] = field(default_factory=list)  # with GenConfig.margins
     finish: str | None = None
+    stop_type: str | None = None  # llama-server's: "eos", "word" or "limit" (engine.Step)
 
     @property
     def text(self) -> str:
@@ -56,6 +57,7 @@ class Session:
         t0 = time.perf_counter()
         written: list[tuple[str, bool]] = []  # every segment, shown or not
         text, shown = "", 0
+        ends: list[int] = []  # with `stops`: where each token's text ends in `text`
         try:
             for step in generate(self.pair.target, self.proposer, self.prompt, self.gen):
                 stats.add(n_tokens=len(step.tokens), drafted=step.drafted, accepted=step.accepted,
@@ -68,13 +70,19 @@ class Session:
                     stats.ttft_s = stats.wall_s
                 self.tokens.extend(step.tokens)
                 self.margins.extend(step.margins)
-                self.finish = step.finish_reason
+                self.finish, self.stop_type = step.finish_reason, step.stop_type
                 if self.stops is not None:
                     written.extend(step.segments)
+                    for piece in step.pieces:
+                        ends.append((ends[-1] if ends else 0) + len(piece))
                     text += step.text
                     cut = self.stops.cut(text, stats.wall_s - stats.prefill_s, new_from=len(text) - len(step.text))
                     if cut is not None:
-                        text, self.finish = text[:cut], "stop"
+                        text, self.finish, self.stop_type = text[:cut], "stop", "limit"
+                        # the tokens whose text was cut away are not the output's
+                        kept = sum(1 for i, end in enumerate(ends) if (ends[i - 1] if i else 0) < cut)
+                        stats.tokens -= len(self.tokens) - kept
+                        del self.tokens[kept:]
                     upto = self.stops.hold(text) if self.finish is None else len(text)
                     step = replace(step, text=text[shown:upto], segments=_between(written, shown, upto),
                                    finish_reason=self.finish)
