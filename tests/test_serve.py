@@ -96,7 +96,7 @@ def server(smollm_path):
 @pytest.fixture(scope="module")
 def guarded(smollm_path):
     """No queue (one request at a time) and an API key."""
-    srv = Server(smollm_path, dict(os.environ), "--queue", "0", "--api-key", KEY)
+    srv = Server(smollm_path, dict(os.environ), "--queue", "0", "--api-key", KEY, "--read-timeout", "1.5")
     yield srv
     srv.stop()
 
@@ -112,17 +112,31 @@ def generate(model, prompt, *args):
     return json.loads(res.stdout)["text"]
 
 
-def stream_long(server, headers=None):
+def stream_long(server, headers=None, max_tokens=1900, prompt="Once upon a time"):
     """Start a long streamed completion; return the open connection once
     the first chunk came (the generation is then running)."""
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     conn.request("POST", "/v1/completions", json.dumps({
-        "prompt": "Once upon a time", "max_tokens": 1900, "temperature": 0, "stream": True}),
+        "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}),
         {"Content-Type": "application/json", **(headers or {})})
     resp = conn.getresponse()
     assert resp.status == 200
-    assert resp.readline().startswith(b"data: ")
+    conn.first = resp.readline()
+    assert conn.first.startswith(b"data: ")
+    conn.resp = resp
     return conn
+
+
+def read_stream(conn) -> str:
+    """The text of a streamed completion, to its end."""
+    chunks = [conn.first]
+    while not chunks[-1].startswith(b"data: [DONE]"):
+        line = conn.resp.readline()
+        assert line, "the stream ended early"
+        if line.startswith(b"data: "):
+            chunks.append(line)
+    conn.close()
+    return "".join(json.loads(c[6:])["choices"][0]["text"] for c in chunks[:-1])
 
 
 def wait_idle(server, seconds=10.0) -> bool:
@@ -274,3 +288,229 @@ def test_a_full_queue_answers_503_with_retry_after(guarded):
         conn.close()
     assert wait_idle(guarded)
     assert guarded.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2}, headers=auth)[0] == 200
+
+
+def raw_http(port, data: bytes, *, read=True, timeout=10.0) -> bytes:
+    """Send `data` as it is on a fresh connection; what came back until the
+    server closed it (or `timeout`)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        out = b""
+        while read:
+            try:
+                piece = sock.recv(65536)
+            except socket.timeout:
+                break
+            if not piece:
+                break
+            out += piece
+        return out
+
+
+def post_raw(server, path, body: bytes, headers: dict) -> tuple[int, bytes, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("POST", path, body, headers)
+    r = conn.getresponse()
+    out = r.status, r.read(), {k.lower(): v for k, v in r.getheaders()}
+    conn.close()
+    return out
+
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+HI = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+HUGE = "9" * 401
+
+
+def hostile_requests():
+    """(what, path, body bytes, headers, expected status): each answered in
+    OpenAI's error shape, none with a 5xx."""
+    j = {"Content-Type": "application/json"}
+    cases = []
+    for name in ("max_tokens", "seed", "temperature", "top_p", "top_k", "min_p", "n", "n_predict"):
+        for path, body in (("/v1/chat/completions", '{"messages": [{"role": "user", "content": "hi"}], "%s": %s}'),
+                           ("/v1/completions", '{"prompt": "hi", "%s": %s}'),
+                           ("/infill", '{"input_prefix": "x", "%s": %s}')):
+            for value in (HUGE, "-" + HUGE, "1e400", "NaN", '"7"', "true", "[1]", "{}"):
+                cases.append((f"{name}={value[:8]}", path, (body % (name, value)).encode(), j, 400))
+    for field, path in (("prompt", "/v1/completions"), ("input_prefix", "/infill"), ("input_suffix", "/infill"),
+                        ("prompt", "/infill")):
+        body = {"input_prefix": "x", "max_tokens": 2, field: "a\ud800b"}  # json.dumps writes it as \\ud800
+        cases.append((f"surrogate in {field}", path, json.dumps(body).encode(), j, 400))
+    cases += [
+        ("surrogate in a message", "/v1/chat/completions",
+         b'{"messages": [{"role": "user", "content": "\\udfff"}]}', j, 400),
+        ("surrogate in a key", "/v1/completions", b'{"prompt": "hi", "\\ud800": 1}', j, 400),
+        ("nested arrays", "/v1/completions", b"[" * 50_000 + b"]" * 50_000, j, 400),
+        ("nested objects", "/v1/completions", b'{"a":' * 50_000 + b"1" + b"}" * 50_000, j, 400),
+        ("not JSON", "/v1/completions", b"{nope", j, 400),
+        ("not UTF-8", "/v1/completions", b'{"prompt": "\xff\xfe"}', j, 400),
+        ("empty body", "/v1/completions", b"", j, 400),
+        ("a list body", "/v1/completions", b"[1, 2]", j, 400),
+        ("a string body", "/v1/chat/completions", b'"hello"', j, 400),
+        ("top_p 0", "/v1/completions", b'{"prompt": "hi", "top_p": 0}', j, 400),
+        ("min_p 1", "/v1/completions", b'{"prompt": "hi", "min_p": 1.0}', j, 400),
+        ("a denormal temperature", "/v1/completions", b'{"prompt": "hi", "temperature": 1e-310}', j, 400),
+        ("a negative temperature", "/v1/completions", b'{"prompt": "hi", "temperature": -1}', j, 400),
+        ("n 2", "/v1/chat/completions", json.dumps({**CHAT, "n": 2}).encode(), j, 400),
+        ("max_tokens 0", "/v1/chat/completions", json.dumps({**CHAT, "max_tokens": 0}).encode(), j, 400),
+        ("no messages", "/v1/chat/completions", b'{"messages": []}', j, 400),
+        ("a bad role", "/v1/chat/completions", b'{"messages": [{"role": "tool", "content": "x"}]}', j, 400),
+        ("an image part", "/v1/chat/completions",
+         b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}', j, 400),
+        ("a message that is a string", "/v1/chat/completions", b'{"messages": ["hi"]}', j, 400),
+        ("token ids as the prompt", "/v1/completions", b'{"prompt": [1, 2, 3]}', j, 400),
+        ("two prompts", "/v1/completions", b'{"prompt": ["a", "b"]}', j, 400),
+        ("a suffix", "/v1/completions", b'{"prompt": "a", "suffix": "b"}', j, 400),
+        ("17 stops", "/v1/completions", json.dumps({"prompt": "a", "stop": ["x"] * 17}).encode(), j, 400),
+        ("stop of numbers", "/v1/completions", b'{"prompt": "a", "stop": [1]}', j, 400),
+        ("stream a string", "/v1/completions", b'{"prompt": "a", "stream": "yes"}', j, 400),
+        ("stream_options a list", "/v1/completions", b'{"prompt": "a", "stream_options": []}', j, 400),
+        ("nothing to fill", "/infill", b'{}', j, 400),
+        ("input_extra a dict", "/infill", b'{"input_prefix": "x", "input_extra": {"a": 1}}', j, 400),
+        ("input_extra of numbers", "/infill", b'{"input_prefix": "x", "input_extra": [1]}', j, 400),
+        ("negative n_indent", "/infill", b'{"input_prefix": "x", "n_indent": -1}', j, 400),
+        ("response_fields a string", "/infill", b'{"input_prefix": "x", "response_fields": "content"}', j, 400),
+        ("a prompt past the context", "/v1/completions", json.dumps({"prompt": "word " * 3000}).encode(), j, 400),
+        ("text/plain", "/v1/completions", json.dumps({"prompt": "hi"}).encode(), {"Content-Type": "text/plain"}, 415),
+        ("a form", "/v1/chat/completions", b"a=1", {"Content-Type": "application/x-www-form-urlencoded"}, 415),
+        ("no content type", "/infill", b'{"input_prefix": "x"}', {}, 415),
+        ("a web page", "/v1/completions", HI, {**j, "Origin": "https://evil.example"}, 403),
+        ("a null origin", "/v1/completions", HI, {**j, "Origin": "null"}, 403),
+        ("a look-alike origin", "/v1/completions", HI, {**j, "Origin": "http://localhost.evil.example"}, 403),
+        ("DNS rebinding", "/v1/completions", HI, {**j, "Host": "evil.example:8012"}, 403),
+        ("rebinding to a loopback-looking name", "/v1/completions", HI, {**j, "Host": "127.0.0.1.evil.example"}, 403),
+        ("over 8 MiB", "/v1/completions", b'{"prompt": "' + b"a" * (8 << 20) + b'"}', j, 413),
+        ("an unknown path", "/v1/nothing", b"{}", j, 404),
+    ]
+    return cases
+
+
+def test_a_battery_of_hostile_requests_gets_4xx_in_openais_shape(server):
+    """Every request here is answered with the status it should get, in
+    OpenAI's error shape ({"error": {message, type, param, code}}), the
+    field named where there is one; none gets a 5xx, and the server stays up."""
+    wrong = []
+    cases = hostile_requests()
+    for what, path, body, headers, expected in cases:
+        status, data, _ = post_raw(server, path, body, headers)
+        try:
+            error = json.loads(data)["error"]
+            shaped = {"message", "type", "param", "code"} <= error.keys() and len(data) < 2000
+        except (ValueError, KeyError, TypeError):
+            shaped = False
+        if status != expected or not shaped:
+            wrong.append((what, status, data[:200]))
+        name = what.split("=")[0]
+        if status == 400 and "=" in what:
+            assert error["param"] == name, (what, error)
+    assert not wrong, wrong
+    assert len(cases) > 200
+    status, reply, _ = server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "temperature": 0})
+    assert status == 200 and reply["choices"][0]["text"]
+
+
+def test_cross_site_pages_are_refused_and_local_ones_get_cors(server):
+    body, j = HI, {"Content-Type": "application/json"}
+    status, _, headers = post_raw(server, "/v1/completions", body, {**j, "Origin": "http://localhost:3000"})
+    assert status == 200 and headers["access-control-allow-origin"] == "http://localhost:3000"
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("OPTIONS", "/v1/chat/completions", headers={
+        "Origin": "http://127.0.0.1:5173", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type, authorization"})
+    r = conn.getresponse()
+    r.read()
+    assert r.status == 204 and "Authorization" in r.getheader("access-control-allow-headers")
+    conn.request("OPTIONS", "/v1/chat/completions", headers={
+        "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+    r = conn.getresponse()
+    r.read()
+    assert r.status == 403 and r.getheader("access-control-allow-origin") is None
+    conn.close()
+    # addressed by a loopback name, with or without a port, the server answers
+    for host in ("localhost", f"localhost:{server.port}", f"[::1]:{server.port}", "127.0.0.1"):
+        assert post_raw(server, "/v1/completions", body, {**j, "Host": host})[0] == 200, host
+
+
+def test_a_half_sent_request_is_dropped_after_the_read_timeout(guarded):
+    """--read-timeout 1.5: a request head never finished is closed; a body
+    that stalls is answered 408, in OpenAI's shape."""
+    t0 = time.time()
+    assert raw_http(guarded.port, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n") == b""
+    assert time.time() - t0 < 8
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: 100\r\n\r\n{\"prompt\"")
+    reply = raw_http(guarded.port, head)
+    assert reply.startswith(b"HTTP/1.1 408") and b'"timeout_error"' in reply
+
+
+def test_a_non_streamed_client_that_leaves_frees_the_worker_at_once(server):
+    """Not streamed, so no write fails when it leaves: the disconnect
+    itself ends the generation, within a step."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": 1900,
+                                                        "temperature": 0}), {"Content-Type": "application/json"})
+    deadline = time.time() + 30
+    while not server.get("/health")[1]["busy"] and time.time() < deadline:
+        time.sleep(0.02)
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    assert wait_idle(server, 2.0), "the generation went on after its client left"
+
+
+def test_a_queued_client_that_leaves_gives_up_its_place(server):
+    running = stream_long(server)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        conn.request("POST", "/v1/completions", json.dumps({"prompt": "Hi", "max_tokens": 4}),
+                     {"Content-Type": "application/json"})
+        deadline = time.time() + 10
+        while server.get("/health")[1]["waiting"] != 1 and time.time() < deadline:
+            time.sleep(0.02)
+        assert server.get("/health")[1]["waiting"] == 1
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        deadline = time.time() + 2
+        while server.get("/health")[1]["waiting"] and time.time() < deadline:
+            time.sleep(0.02)
+        health = server.get("/health")[1]
+        assert health["waiting"] == 0 and health["busy"]
+    finally:
+        running.close()
+    assert wait_idle(server)
+
+
+INFILL = {"input_prefix": "def add(a, b):\n    return ", "input_suffix": "\n", "n_predict": 16,
+          "temperature": 0, "response_fields": ["content", "stop_type", "tokens_cached", "tokens_evaluated",
+                                                 "tokens_predicted", "timings/predicted_n"]}
+
+
+def test_an_editor_is_served_between_a_streaming_completions_steps(server):
+    """An /infill sent while a completion streams is answered while the
+    stream still runs, with the text it gets alone; the stream, paused for
+    it, goes on to the text it gets alone too (each in its own KV sequence)."""
+    alone = server.post("/infill", INFILL)[1]
+    prompt, n = "The history of the city of Rome", 400
+    expected = generate(server.model, prompt, "--raw", "-n", str(n))
+    conn = stream_long(server, max_tokens=n, prompt=prompt)
+    status, during, _ = server.post("/infill", INFILL)
+    still_running = server.get("/health")[1]["busy"]
+    assert status == 200 and during == alone
+    assert still_running, "the infill waited for the whole stream"
+    assert read_stream(conn) == expected
+
+
+def test_llama_server_fields_stop_type_tokens_cached_predicted_n(server):
+    status, reply, _ = server.post("/infill", INFILL)
+    assert status == 200
+    assert reply["tokens_cached"] == reply["tokens_evaluated"] + reply["tokens_predicted"]
+    assert reply["timings/predicted_n"] == reply["tokens_predicted"]
+    assert reply["stop_type"] in ("eos", "limit")
+    status, worded, _ = server.post("/infill", {**INFILL, "stop": ["b"]})
+    assert worded["stop_type"] == "word" and "b" not in worded["content"]
+    status, limited, _ = server.post("/infill", {**INFILL, "n_predict": 1})
+    assert limited["stop_type"] == "limit" and limited["tokens_predicted"] == 1
+    # llama.vim's warm-up on the chat endpoint: n_predict 0 reads the prompt and writes nothing
+    status, warm, _ = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}],
+                                                           "n_predict": 0})
+    assert status == 200 and warm["choices"][0]["message"]["content"] == ""
+    assert warm["usage"]["completion_tokens"] == 0

@@ -4,7 +4,6 @@ llama-server's /infill, /health -- on a pair loaded once."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import signal
 from typing import Annotated, Optional
@@ -21,12 +20,25 @@ def serve(
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
     host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default; any other "
                                                       "exposes the models to the network).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8080,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535,
+                                      help="Port to listen on (llama.vim's and llama.vscode's default).")] = 8012,
     api_key: Annotated[Optional[str], typer.Option(
         "--api-key", envvar="SPEC_CLI_API_KEY", show_envvar=True,
         help="Require 'Authorization: Bearer KEY' on every request but /health.")] = None,
     queue: Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait behind the running one; "
                                                               "more are answered 503 with Retry-After.")] = 16,
+    cors: Annotated[Optional[list[str]], typer.Option(
+        "--cors", metavar="ORIGIN",
+        help="A web page's origin (https://chat.example.com) allowed to call the server from a browser; "
+             "repeat for more. Pages on loopback addresses are always allowed, others refused.")] = None,
+    read_timeout: Annotated[float, typer.Option(
+        "--read-timeout", min=0.1, metavar="SECONDS",
+        help="Close a connection that sends no whole request head in this time; answer 408 to a body that "
+             "stalls this long (or takes over a minute).")] = 10.0,
+    editor_seq: Annotated[bool, typer.Option(
+        "--editor-seq/--no-editor-seq",
+        help="Give editors (/infill) a KV cache of their own, so a completion is served between the steps of "
+             "a running chat instead of after it; costs a second --ctx of KV cache in each model.")] = True,
     draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
     ctx: Ctx = 4096, threads: Threads = 0, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
@@ -51,13 +63,20 @@ def serve(
                     + ("" if api_key else " (no --api-key set)"))
     _check_port(host, port)
     pair = load(PairConfig(target, draft, proposer, ctx, threads, gpu_layers, draft_gpu_layers, p_min,
-                           deterministic, rule), quiet=quiet)
+                           deterministic, rule, seqs=2 if editor_seq else 1), quiet=quiet)
     name = os.path.basename(target)[:-5] if target.endswith(".gguf") else target
     worker = Worker(pair, ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft))
     try:
-        app = create_app(worker, api_key=api_key)
+        from ..serve.access import Access, Protocol
+
+        app = Access(create_app(worker, api_key=api_key, read_s=read_timeout), check_host=_loopback(host),
+                     cors=tuple(cors or ()))
         config = uvicorn.Config(app, host=host, port=port, log_level="warning" if quiet else "info",
-                                access_log=not quiet, timeout_graceful_shutdown=5, lifespan="off")
+                                access_log=not quiet, timeout_graceful_shutdown=5, lifespan="off",
+                                http=Protocol.with_timeout(read_timeout), timeout_keep_alive=5,
+                                # connections at once: the running and waiting requests, editors' and
+                                # health checks' beside them; more are answered 503 at once
+                                limit_concurrency=max(64, 4 * (queue + 2)))
         server = _server(config, worker)
         if not quiet:
             url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
@@ -91,12 +110,9 @@ def _server(config, worker):
 
 
 def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    from ..serve.access import is_loopback
+
+    return is_loopback(host)
 
 
 def _check_port(host: str, port: int) -> None:

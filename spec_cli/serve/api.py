@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
+from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingConfig
 from ..core.stats import Stats
 
 MAX_STOPS = 16
@@ -55,6 +55,7 @@ class Request:
     top_p: float = DEFAULT_TOP_P   # llama-server's defaults
     top_k: int = DEFAULT_TOP_K
     min_p: float = DEFAULT_MIN_P
+    sampling: SamplingConfig = SamplingConfig()  # the four above, checked
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stream: bool = False
@@ -125,6 +126,12 @@ def _sampling(body: dict, req: Request, *, temperature: float) -> None:
     req.top_p = _number(body, "top_p", DEFAULT_TOP_P, lo=0.0, hi=1.0)
     req.top_k = _number(body, "top_k", DEFAULT_TOP_K, lo=0, integer=True)
     req.min_p = _number(body, "min_p", DEFAULT_MIN_P, lo=0.0, hi=1.0)
+    try:  # the rules the generation applies, checked here so the error names its field
+        req.sampling = SamplingConfig(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
+                                      min_p=req.min_p)
+    except ValueError as e:
+        name, _, rest = str(e).partition(" ")
+        raise bad(name, rest) from None
     req.seed = _number(body, "seed", None, integer=True)
     if req.seed is not None:
         req.seed %= 1 << 31
@@ -170,7 +177,8 @@ def parse_chat(body: Any) -> Request:
             raise bad(f"{where}.role", f"must be system, user or assistant, not {role!r}")
         out.append({"role": "system" if role == "developer" else role,
                     "content": _content(m.get("content"), f"{where}.content")})
-    req = Request("chat", messages=out, max_tokens=_max_tokens(body, "max_completion_tokens", "max_tokens"))
+    req = Request("chat", messages=out, max_tokens=_max_tokens(body, "max_completion_tokens", "max_tokens",
+                                                                             "n_predict"))
     _sampling(body, req, temperature=1.0)
     return req
 
@@ -202,7 +210,7 @@ def parse_completion(body: Any) -> Request:
         raise bad("prompt", "is empty")
     if body.get("suffix") is not None:
         raise bad("suffix", "is not supported here: use POST /infill for fill-in-the-middle")
-    req = Request("completion", prompt=prompt, max_tokens=_max_tokens(body, "max_tokens"))
+    req = Request("completion", prompt=prompt, max_tokens=_max_tokens(body, "max_tokens", "n_predict"))
     if req.max_tokens is None:
         req.max_tokens = 16  # OpenAI's default for completions
     _sampling(body, req, temperature=1.0)
@@ -310,10 +318,10 @@ class Reply:
         n_cached = cached(self.n_prompt, stats)
         return {"speculation": speculation(stats, self.proposer, self.seed), "timings": timings(stats, n_cached)}
 
-    def full(self, text: str, finish: str | None, stats: Stats) -> dict:
+    def full(self, text: str, finish: str | None, stats: Stats, stop_type: str | None = None) -> dict:
         """The non-streamed response."""
         if self.req.kind == "infill":
-            return self.infill(text, finish, stats, final=True)
+            return self.infill(text, finish, stats, final=True, stop_type=stop_type)
         choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(finish, "stop"), "logprobs": None}
         if self.req.kind == "chat":
             choice["message"] = {"role": "assistant", "content": text}
@@ -325,10 +333,10 @@ class Reply:
                 "choices": [choice], "usage": usage(self.n_prompt, stats), **self.extras(stats)}
 
     def chunk(self, text: str | None, finish: str | None, stats: Stats | None = None, *,
-              first: bool = False) -> dict:
+              first: bool = False, stop_type: str | None = None) -> dict:
         """One streamed chunk: text, or the final one with the finish reason."""
         if self.req.kind == "infill":
-            return self.infill(text or "", finish, stats, final=stats is not None)
+            return self.infill(text or "", finish, stats, final=stats is not None, stop_type=stop_type)
         choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(finish) if stats is not None else None,
                                   "logprobs": None}
         if self.req.kind == "chat":
@@ -350,22 +358,24 @@ class Reply:
         return {"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": [],
                 "usage": usage(self.n_prompt, stats)}
 
-    def infill(self, text: str, finish: str | None, stats: Stats | None, *, final: bool) -> dict:
-        """llama-server's /infill response (or one streamed piece of it)."""
+    def infill(self, text: str, finish: str | None, stats: Stats | None, *, final: bool,
+               stop_type: str | None = None) -> dict:
+        """llama-server's /infill response (or one streamed piece of it).
+        `stop_type` as llama-server's ("eos", "word", "limit": a token
+        budget, the context, n_indent, a time limit, the suffix repeated);
+        `tokens_cached`: the tokens the context holds after it, the prompt's
+        and the completion's."""
         out: dict[str, Any] = {"content": text, "stop": final, "model": self.model}
         if final and stats is not None:
+            stop_type = stop_type or ("none" if finish in ("cancelled", "interrupted") else "limit")
             out.update({
                 "tokens_predicted": stats.tokens, "tokens_evaluated": self.n_prompt,
-                "tokens_cached": self.n_prompt - stats.prefill_tokens + stats.tokens,
-                "truncated": self.truncated, "stop_type": _stop_type(finish),
+                "tokens_cached": self.n_prompt + stats.tokens,
+                "truncated": self.truncated, "stop_type": stop_type, "has_new_line": "\n" in text,
                 "finish_reason": FINISH.get(finish, "stop"), **self.extras(stats)})
         if final and self.req.response_fields:
             return pick_fields(out, self.req.response_fields)
         return out
-
-
-def _stop_type(finish: str | None) -> str:
-    return {"stop": "eos", "length": "limit", "context": "limit"}.get(finish or "", "limit")
 
 
 def pick_fields(obj: dict, paths: list[str]) -> dict:

@@ -1,6 +1,8 @@
 """The HTTP side of `spec-cli serve` (Starlette, run by uvicorn): the
-OpenAI API, llama-server's `/infill`, `/health`; API key, body limit,
-server-sent events, and a client that goes away stopping its generation.
+OpenAI API, llama-server's `/infill`, `/health`; API key, body limit and
+read timeouts, server-sent events, and a client that goes away stopping
+its generation at the next step (or leaving the queue).  Who may connect
+at all is access.py's.
 """
 
 from __future__ import annotations
@@ -8,27 +10,33 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
+import time
 from typing import Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request as HttpRequest
+from starlette.requests import ClientDisconnect, Request as HttpRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
+from .access import READ_S
 from .api import ApiError, Reply, Request, parse_chat, parse_completion, parse_infill
 from .worker import Job, Worker
 
 MAX_BODY = 8 << 20  # bytes; llama.vim's extra context is ~100 kB
-POLL_S = 0.25       # how often a waiting non-streamed request checks its client is still there
+BODY_S = 60.0       # seconds a client has to send the whole body (at most `read_s` between two pieces)
+
+log = logging.getLogger("spec_cli.serve")
 
 
 class _Gone(Exception):
     """The client disconnected."""
 
 
-def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MAX_BODY) -> Starlette:
+def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MAX_BODY,
+               read_s: float = READ_S) -> Starlette:
     key = api_key.encode() if api_key else None
 
     def guard(request: HttpRequest) -> None:
@@ -45,7 +53,17 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
         if length and length.isdigit() and int(length) > max_body:
             raise ApiError(413, f"the request body is over {max_body} bytes")
         body, size = [], 0
-        async for chunk in request.stream():
+        deadline = time.monotonic() + BODY_S
+        chunks = request.stream().__aiter__()
+        while True:
+            wait = min(read_s, deadline - time.monotonic())
+            try:
+                chunk = await asyncio.wait_for(chunks.__anext__(), max(wait, 0.0))
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                raise ApiError(408, f"the request body did not arrive in time (at most {BODY_S:.0f} s in all, "
+                                    f"{read_s:g} s between pieces)", kind="timeout_error") from None
             size += len(chunk)
             if size > max_body:
                 raise ApiError(413, f"the request body is over {max_body} bytes")
@@ -58,44 +76,57 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
             raise ApiError(400, "the request body holds a lone surrogate (\\ud800-\\udfff without its pair): "
                                 "not valid Unicode text") from None
         except (ValueError, UnicodeDecodeError) as e:
-            raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+            raise ApiError(400, f"the request body is not valid JSON: {str(e)[:200]}") from None
         except RecursionError:
             raise ApiError(400, "the request body is nested too deeply") from None
         return obj
 
-    async def next_event(job: Job, request: HttpRequest):
-        while True:
-            try:
-                return await asyncio.wait_for(job.events.get(), POLL_S)
-            except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    job.cancel.set()
-                    raise _Gone() from None
+    async def next_event(job: Job, gone: asyncio.Future):
+        """The job's next event; _Gone as soon as the client disconnects."""
+        get = asyncio.ensure_future(job.events.get())
+        done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if get in done:
+            return get.result()
+        get.cancel()
+        raise _Gone()
 
     def endpoint(parse: Callable[[object], Request]):
         async def handle(request: HttpRequest) -> Response:
             guard(request)
-            job = Job(parse(await read_json(request)), asyncio.get_running_loop())
-            worker.submit(job)
+            worker.admit()  # a full queue says so before the body is read
             try:
-                kind, payload = await next_event(job, request)  # queued, then started (or refused)
+                body = await read_json(request)
+            except ClientDisconnect:
+                log.info("a client left while sending its request body")
+                return Response(status_code=499)
+            job = Job(parse(body), asyncio.get_running_loop())
+            worker.submit(job)
+            gone = asyncio.ensure_future(_disconnected(request))
+            try:
+                kind, payload = await next_event(job, gone)  # queued, then started (or refused)
                 if kind == "error":
                     raise payload
                 reply: Reply = payload
                 if job.req.stream:
+                    gone.cancel()  # the streaming response listens for the disconnect itself
                     return StreamingResponse(_events(job, reply), media_type="text/event-stream",
                                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
                 while True:
-                    kind, payload = await next_event(job, request)
+                    kind, payload = await next_event(job, gone)
                     if kind == "error":
                         raise payload
                     if kind == "done":
-                        return JSONResponse(reply.full(payload.text, payload.finish, payload.stats))
+                        session = payload
+                        return JSONResponse(reply.full(session.text, session.finish, session.stats,
+                                                       session.stop_type))
             except _Gone:
+                worker.withdraw(job)
                 return Response(status_code=499)
             except BaseException:
-                job.cancel.set()
+                worker.withdraw(job)
                 raise
+            finally:
+                gone.cancel()
         return handle
 
     async def health(request: HttpRequest) -> Response:
@@ -116,6 +147,12 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
     async def api_error(request: HttpRequest, exc: ApiError) -> Response:
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
+    async def internal_error(request: HttpRequest, exc: Exception) -> Response:
+        # a bug: the log has the traceback, the client the error's kind (never its input)
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return JSONResponse(ApiError(500, f"internal error ({type(exc).__name__}); the server log has the details",
+                                     kind="server_error").body(), status_code=500)
+
     async def http_error(request: HttpRequest, exc: HTTPException) -> Response:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return JSONResponse(ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
@@ -129,7 +166,15 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
         Route("/v1/completions", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
         Route("/infill", infill, methods=["POST"]),
     ]
-    return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error})
+    return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error,
+                                                        Exception: internal_error})
+
+
+async def _disconnected(request: HttpRequest) -> None:
+    """Returns when the client disconnects (the body has been read: the
+    next message uvicorn gives is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _sse(obj: dict) -> str:
@@ -148,7 +193,7 @@ async def _events(job: Job, reply: Reply):
             if kind == "step":
                 yield _sse(reply.chunk(payload, None))
             elif kind == "done":
-                yield _sse(reply.chunk(None, payload.finish, payload.stats))
+                yield _sse(reply.chunk(None, payload.finish, payload.stats, stop_type=payload.stop_type))
                 if req.include_usage and req.kind != "infill":
                     yield _sse(reply.usage_chunk(payload.stats))
                 if req.kind != "infill":
