@@ -58,6 +58,7 @@ def serve(
                         hint="pip install 'spec-cli[serve]'  (or: pip install starlette uvicorn)") from None
     from ..term import render
 
+    _log_to_stderr(quiet)
     if not _loopback(host):
         render.note(f"warning: listening on {host}: anyone who can reach this machine can use the models"
                     + ("" if api_key else " (no --api-key set)"))
@@ -107,6 +108,20 @@ def _server(config, worker):
                 self.should_exit = True
 
     return Server(config)
+
+
+def _log_to_stderr(quiet: bool) -> None:
+    """The server's own lines (a client that left, a refused origin, a bug's
+    traceback) on stderr beside uvicorn's, one line each."""
+    import logging
+    import sys
+
+    log = logging.getLogger("spec_cli.serve")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING if quiet else logging.INFO)
+    log.propagate = False
 
 
 def _loopback(host: str) -> bool:

@@ -10,7 +10,12 @@ around the cursor):
 - the same requests again: drafted from the store of earlier outputs;
 - `spec-cli complete --server` per call (a process that asks the server);
 - `spec-cli complete` per call, loading the models itself (median of 3);
-- a chat's second turn: prompt tokens evaluated against the prompt's length.
+- a chat's second turn: prompt tokens evaluated against the prompt's length;
+- with --during-chat: /infill latency while a 500-token chat answer
+  streams (sent after its 20th chunk), against the same request alone
+  (median of 10; each request is sent once before, and the order of the
+  two alternates, so both find the same cache), and eight chat clients at
+  once against each alone.
 
 Timings are wall clock on this machine; nothing here is asserted.
 """
@@ -82,14 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
     ap.add_argument("--draft", default=None)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--during-chat", action="store_true",
+                    help="measure editors beside a streaming chat, and eight clients at once, only")
+    ap.add_argument("--serve-arg", action="append", default=[], help="an extra argument for spec-cli serve")
     args = ap.parse_args(argv)
     models = ["--target", args.target] + (["--draft", args.draft] if args.draft else [])
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     env = dict(os.environ)
     env.pop("SPEC_CLI_SERVER", None)
-    server = subprocess.Popen([sys.executable, "-m", "spec_cli", "serve", *models, "--port", str(port), "--quiet"],
-                              env=env, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen([sys.executable, "-m", "spec_cli", "serve", *models, "--port", str(port), "--quiet",
+                               *args.serve_arg], env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 900
         while True:
@@ -101,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
                     raise SystemExit(f"the server did not start: {server.stderr.read()}")
                 time.sleep(0.5)
         _post(base + "/infill", _infill("def warm_up():\n    return ", "\n"))  # first-request costs
+        if args.during_chat:
+            out = _during_chat(base)
+            out["target"], out["serve_args"] = args.target, args.serve_arg
+            print(json.dumps(out, indent=2) if args.json else _during_chat_text(out))
+            return 0
         warm, again, texts = [], [], []
         for prefix, suffix in CASES:
             reply, seconds = _post(base + "/infill", _infill(prefix, suffix))
@@ -149,6 +162,87 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chat turn 2: {out['chat_turn2_evaluated']} of {out['chat_turn2_prompt_tokens']} prompt tokens "
               f"evaluated (turn 1's prompt: {out['chat_turn1_prompt_tokens']})")
     return 0
+
+
+CHAT_PROMPTS = ["Explain how a hash map works, in detail.", "Write a long story about a lighthouse keeper.",
+                "Describe the water cycle step by step.", "Explain TCP's three-way handshake and why it exists.",
+                "Write a detailed guide to brewing coffee.", "Explain recursion with several examples.",
+                "Describe the history of the printing press.", "Explain how compilers optimise loops."]
+
+
+def _stream_chat(url: str, prompt: str, max_tokens: int, started) -> None:
+    """A streamed chat answer, read to its end (or until `started` says
+    stop); sets started["event"] once `started["after"]` chunks came."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
+    conn.request("POST", "/v1/chat/completions", json.dumps({
+        "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
+        "stream": True}), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    n = 0
+    while not started["stop"].is_set():
+        line = resp.readline()
+        if not line or line.startswith(b"data: [DONE]"):
+            break
+        if line.startswith(b"data: "):
+            n += 1
+            if n == started["after"]:
+                started["event"].set()
+    started["chunks"] = n
+    conn.close()
+
+
+def _during_chat(base: str) -> dict:
+    """/infill alone and while a chat streams, alternated; eight chats at once."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    alone, during = [], []
+    for i, (prefix, suffix) in enumerate(CASES):
+        body = _infill(prefix, suffix)
+        _post(base + "/infill", body)  # once first, so both measured requests find what a repeat finds
+        for beside in ((False, True) if i % 2 else (True, False)):
+            if not beside:
+                alone.append(_post(base + "/infill", body)[1])
+                continue
+            started = {"event": threading.Event(), "stop": threading.Event(), "after": 20}
+            chat = threading.Thread(target=_stream_chat, args=(base, CHAT_PROMPTS[i % len(CHAT_PROMPTS)], 500,
+                                                              started))
+            chat.start()
+            started["event"].wait(600)
+            during.append(_post(base + "/infill", body)[1])
+            started["stop"].set()  # the chat's client leaves: the next measurement starts from an idle server
+            chat.join()
+            time.sleep(0.2)
+
+    def ask(prompt):
+        reply, seconds = _post(base + "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": prompt}], "max_tokens": 32, "temperature": 0})
+        return reply["choices"][0]["message"]["content"], seconds
+
+    one_by_one = [ask(p) for p in CHAT_PROMPTS]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(CHAT_PROMPTS)) as pool:
+        together = list(pool.map(ask, CHAT_PROMPTS))
+    wall = time.perf_counter() - t0
+    med = statistics.median
+    return {"infill_alone_median_s": round(med(alone), 4), "infill_during_chat_median_s": round(med(during), 4),
+            "ratio": round(med(during) / med(alone), 3), "infill_alone_s": [round(x, 4) for x in alone],
+            "infill_during_chat_s": [round(x, 4) for x in during],
+            "eight_clients_same_text": sum(a[0] == t[0] for a, t in zip(one_by_one, together)),
+            "eight_clients_wall_s": round(wall, 3),
+            "eight_clients_one_by_one_s": round(sum(a[1] for a in one_by_one), 3)}
+
+
+def _during_chat_text(out: dict) -> str:
+    return (f"/infill alone: median {out['infill_alone_median_s'] * 1000:.0f} ms; while a chat streams: median "
+            f"{out['infill_during_chat_median_s'] * 1000:.0f} ms ({out['ratio']:.2f}x, 10 requests each)\n"
+            f"eight chat clients at once: {out['eight_clients_wall_s']:.1f} s "
+            f"(one by one: {out['eight_clients_one_by_one_s']:.1f} s), "
+            f"{out['eight_clients_same_text']} of 8 with the same text as alone")
 
 
 if __name__ == "__main__":
