@@ -103,6 +103,12 @@ class Model:
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
+        # some layers keep a recurrent state (Mamba, RWKV; hybrids such as
+        # Qwen3.5, Granite 4.0-H, LFM2): a rewind cannot cut it, see truncate
+        self.recurrent = bool(llama_cpp.llama_model_is_recurrent(self._model)
+                              or llama_cpp.llama_model_is_hybrid(self._model))
+        self._ckpt: tuple[int, int, bytes] | None = None  # (seq, position, recurrent state there)
+        self.replays = 0  # rewinds done by going back to a checkpoint and reading tokens again
 
         threads = self.n_threads = cfg.n_threads or os.cpu_count() or 1
         cparams = llama_cpp.llama_context_default_params()
@@ -356,6 +362,8 @@ class Model:
         # short by Ctrl-C may have left behind
         llama_cpp.llama_memory_seq_rm(self._mem, self.seq, pos0, -1)
         m = len(chunk)
+        if self.recurrent and m > 1:
+            self._checkpoint(pos0)
         b.n_tokens = m
         for i, t in enumerate(chunk):
             b.token[i] = t
@@ -389,10 +397,44 @@ class Model:
         return self._cfg.deterministic
 
     def truncate(self, n: int) -> None:
-        """Drop KV entries from position n on."""
-        if n < len(self.tokens):
-            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, n, -1)
+        """Drop KV entries from position n on.  A recurrent state cannot be
+        cut (llama.cpp refuses, and its refusal is never ignored): it goes
+        back to the state saved before the last batch of several tokens
+        and reads the tokens up to n again, or, before that checkpoint,
+        reads them all again."""
+        if n >= len(self.tokens):
+            return
+        if llama_cpp.llama_memory_seq_rm(self._mem, self.seq, n, -1):
             del self.tokens[n:]
+            return
+        if not self.recurrent:
+            raise SpecError(f"llama.cpp could not rewind {self.path.name} to position {n}")
+        self.replays += 1
+        ckpt = self._ckpt
+        if ckpt is not None and ckpt[0] == self.seq and ckpt[1] <= n and self._restore(ckpt[2]) \
+                and llama_cpp.llama_memory_seq_rm(self._mem, self.seq, ckpt[1], -1):
+            again = self.tokens[ckpt[1]:n]
+            del self.tokens[ckpt[1]:]
+        else:
+            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, -1, -1)  # the whole sequence always goes
+            again = self.tokens[:n]
+            self.tokens.clear()
+        if again:
+            self.decode(again)
+
+    def _checkpoint(self, pos: int) -> None:
+        """Keep this sequence's recurrent state at `pos` (only the recurrent
+        part: a hybrid's attention KV is cut as any other)."""
+        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, self.seq, flags)
+        buf = (ctypes.c_uint8 * size)()
+        got = llama_cpp.llama_state_seq_get_data_ext(self._ctx, buf, size, self.seq, flags)
+        self._ckpt = (self.seq, pos, bytes(buf)[:got]) if got else None
+
+    def _restore(self, state: bytes) -> bool:
+        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        return llama_cpp.llama_state_seq_set_data_ext(self._ctx, buf, len(state), self.seq, flags) > 0
 
     def reset(self) -> None:
         """Empty this sequence's KV cache (the others keep theirs)."""

@@ -1,0 +1,113 @@
+"""Tiny random-weight GGUFs of architectures no small real model on the
+package index has, written by the tests themselves with the `gguf`
+package: a recurrent one (Mamba) to exercise rewinds a KV cache does not
+need.  SmolLM2's tokenizer is copied in, so SmolLM2 can draft for them.
+
+Random weights say nothing about acceptance; they say whether drafting
+keeps the target alone's text, which is what these models test.  Each
+file is written once per machine, under a name that changes with its
+recipe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+RECIPE = 2  # bump when what make_mamba writes changes
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    path = Path(base) / "spec-cli" / "made-models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _copy_tokenizer(writer, tokenizer_gguf: Path) -> int:
+    """Copy the tokenizer's metadata from a real GGUF; returns its vocabulary size."""
+    from gguf import GGUFReader, GGUFValueType
+
+    reader = GGUFReader(tokenizer_gguf)
+    n_vocab = 0
+    for key, field in reader.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        kind = field.types[0]
+        if kind == GGUFValueType.ARRAY:
+            sub = field.types[1]
+            if sub == GGUFValueType.STRING:
+                values = [bytes(field.parts[i]).decode("utf-8", "surrogateescape") for i in field.data]
+            else:
+                values = [field.parts[i].tolist()[0] for i in field.data]
+            writer.add_array(key, values)
+            if key == "tokenizer.ggml.tokens":
+                n_vocab = len(values)
+        elif kind == GGUFValueType.STRING:
+            writer.add_string(key, bytes(field.parts[field.data[0]]).decode("utf-8"))
+        elif kind == GGUFValueType.BOOL:
+            writer.add_bool(key, bool(field.parts[field.data[0]][0]))
+        else:
+            writer.add_uint32(key, int(field.parts[field.data[0]][0]))
+    return n_vocab
+
+
+def make_mamba(tokenizer_gguf: Path, *, n_layer: int = 4, n_embd: int = 128, seed: int = 0) -> Path:
+    """A Mamba (v1) GGUF with random weights; the path, written once."""
+    key = hashlib.sha256(f"{RECIPE}|mamba|{n_layer}|{n_embd}|{seed}|{tokenizer_gguf.name}".encode()).hexdigest()[:12]
+    path = _cache_dir() / f"mamba-tiny-{key}.gguf"
+    if path.exists():
+        return path
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    d_inner, d_state, d_conv = 2 * n_embd, 16, 4
+    dt_rank = -(n_embd // -16)
+    tmp = path.with_suffix(".part")
+    writer = gguf.GGUFWriter(str(tmp), "mamba")
+    writer.add_name("mamba-tiny (random weights)")
+    n_vocab = _copy_tokenizer(writer, tokenizer_gguf)
+    writer.add_context_length(4096)
+    writer.add_embedding_length(n_embd)
+    writer.add_feed_forward_length(0)
+    writer.add_head_count(0)
+    writer.add_block_count(n_layer)
+    writer.add_ssm_conv_kernel(d_conv)
+    writer.add_ssm_inner_size(d_inner)
+    writer.add_ssm_state_size(d_state)
+    writer.add_ssm_time_step_rank(dt_rank)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_ssm_dt_b_c_rms(False)
+    writer.add_file_type(0)  # all F32
+
+    def rand(*shape, scale=None):
+        scale = scale if scale is not None else 1.0 / np.sqrt(shape[-1])
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    # numpy shapes are ggml's dimensions reversed
+    writer.add_tensor("token_embd.weight", rand(n_vocab, n_embd, scale=1.0))
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
+    # an output matrix of its own (tied to the embedding, the model would repeat its last token)
+    writer.add_tensor("output.weight", rand(n_vocab, n_embd, scale=3.0 / np.sqrt(n_embd)))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", np.ones(n_embd, np.float32))
+        writer.add_tensor(p + "ssm_in.weight", rand(2 * d_inner, n_embd))
+        writer.add_tensor(p + "ssm_conv1d.weight", rand(d_inner, d_conv))
+        writer.add_tensor(p + "ssm_conv1d.bias", rand(d_inner, scale=0.1))
+        writer.add_tensor(p + "ssm_x.weight", rand(dt_rank + 2 * d_state, d_inner))
+        writer.add_tensor(p + "ssm_dt.weight", rand(d_inner, dt_rank))
+        writer.add_tensor(p + "ssm_dt.bias", rand(d_inner, scale=0.1) - 2.0)
+        a = np.tile(np.arange(1, d_state + 1, dtype=np.float32), (d_inner, 1))
+        writer.add_tensor(p + "ssm_a", -a)  # A = -exp(A_log), as the converter writes it
+        writer.add_tensor(p + "ssm_d", np.ones(d_inner, np.float32))
+        writer.add_tensor(p + "ssm_out.weight", rand(n_embd, d_inner, scale=2.0 / np.sqrt(d_inner)))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    os.replace(tmp, path)
+    return path

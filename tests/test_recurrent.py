@@ -1,0 +1,77 @@
+"""Drafting on a recurrent target (a tiny random-weight Mamba the tests
+write, made_models.py): a rewind cannot cut a recurrent state, so the
+target goes back to its checkpoint and reads the accepted tokens again.
+The text must be the target alone's, greedy and seeded, whatever drafted:
+a second Mamba (other weights, so it is rejected often and every step
+rewinds), the model itself, the lookup."""
+
+import pytest
+
+from spec_cli.core.sampling import SamplingConfig
+from spec_cli.run.proposers import DraftModel, NoDraft
+from spec_cli.run.suffix import Lookup
+from test_engine import run
+from test_cli import spec
+
+pytest.importorskip("gguf", reason="the gguf package writes the made models (pip install gguf)")
+
+PROMPTS = ["one two three one two three one two", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n",
+           "The quick brown fox jumps over the lazy dog. The quick brown"]
+
+
+@pytest.fixture(scope="module")
+def mamba_paths(smollm_path):
+    from made_models import make_mamba
+    return make_mamba(smollm_path, seed=0), make_mamba(smollm_path, seed=1)
+
+
+@pytest.fixture(scope="module")
+def mambas(mamba_paths):
+    from spec_cli.llama.backend import LoadConfig, Model
+    models = [Model(p, LoadConfig(n_ctx=512)) for p in (mamba_paths[0], mamba_paths[0], mamba_paths[1])]
+    yield models  # target, the same file as a draft, another one as a draft
+    for m in models:
+        m.close()
+
+
+@pytest.mark.parametrize("sampling,seed", [(SamplingConfig(), None),
+                                           (SamplingConfig(temperature=0.9, top_k=40, top_p=0.95), 7)])
+def test_drafting_on_a_recurrent_target_keeps_its_text(mambas, sampling, seed):
+    target, same, other = mambas
+    assert target.recurrent
+    replays = target.replays
+    for text in PROMPTS:
+        prompt = target.tokenize(text)
+        alone, _, _ = run(target, NoDraft(), prompt, max_tokens=40, sampling=sampling, seed=seed)
+        for proposer in (DraftModel(other), DraftModel(same), Lookup()):
+            target.reset()
+            got, _, steps = run(target, proposer, prompt, max_tokens=40, draft_max=6, sampling=sampling, seed=seed)
+            assert got == alone, (text, type(proposer).__name__)
+    assert target.replays > replays + 10  # rewinds on the recurrent state happened, many times
+    assert other.replays > 0  # and on the recurrent draft's
+
+
+def test_a_rewind_reads_back_to_the_same_state(mambas):
+    """Rewound through the checkpoint, the next logits are those of a
+    state that never went past the rewind point."""
+    target = mambas[0]
+    toks = target.tokenize(PROMPTS[1])
+    target.reset()
+    first = target.catch_up(toks, logits_last=True).copy()
+    target.truncate(3)  # before the checkpoint (the prefill's start): read again from nothing
+    target.catch_up(toks[:-2])
+    target.decode(toks[-2:])  # a batch of two: the checkpoint is at len - 2
+    target.truncate(len(toks) - 1)  # back one, through the checkpoint
+    assert target.tokens == toks[:-1]
+    again = target.decode(toks[-1:], logits_from=0)[0]
+    assert abs(again - first).max() < 1e-4
+
+
+def test_generate_runs_a_recurrent_target_end_to_end(mamba_paths):
+    path = str(mamba_paths[0])
+    outs = []
+    for proposer in (["--proposer", "none"], ["--proposer", "hybrid", "--draft", str(mamba_paths[1])]):
+        res = spec("generate", "--raw", "--temp", "0", "-n", "24", "--target", path, *proposer, PROMPTS[0])
+        assert res.returncode == 0, res.stderr
+        outs.append(res.stdout)
+    assert outs[0] == outs[1] and outs[0].strip()
