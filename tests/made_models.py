@@ -1,7 +1,7 @@
 """Tiny random-weight GGUFs of architectures no small real model on the
 package index has, written by the tests themselves with the `gguf`
-package: a recurrent one (Mamba) to exercise rewinds a KV cache does not
-need.  SmolLM2's tokenizer is copied in, so SmolLM2 can draft for them.
+package: a recurrent one (Mamba) and a hybrid one (Jamba: recurrent and
+attention layers), to exercise rewinds a KV cache alone does not need.  SmolLM2's tokenizer is copied in, so SmolLM2 can draft for them.
 
 Random weights say nothing about acceptance; they say whether drafting
 keeps the target alone's text, which is what these models test.  Each
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-RECIPE = 2  # bump when what make_mamba writes changes
+RECIPE = 2  # bump when what _make writes changes
 
 
 def _cache_dir() -> Path:
@@ -55,10 +55,22 @@ def _copy_tokenizer(writer, tokenizer_gguf: Path) -> int:
     return n_vocab
 
 
-def make_mamba(tokenizer_gguf: Path, *, n_layer: int = 4, n_embd: int = 128, seed: int = 0) -> Path:
-    """A Mamba (v1) GGUF with random weights; the path, written once."""
-    key = hashlib.sha256(f"{RECIPE}|mamba|{n_layer}|{n_embd}|{seed}|{tokenizer_gguf.name}".encode()).hexdigest()[:12]
-    path = _cache_dir() / f"mamba-tiny-{key}.gguf"
+def make_mamba(tokenizer_gguf: Path, *, seed: int = 0) -> Path:
+    """A Mamba (v1) GGUF with random weights: four recurrent layers."""
+    return _make("mamba", tokenizer_gguf, seed=seed, attention=())
+
+
+def make_jamba(tokenizer_gguf: Path, *, seed: int = 0) -> Path:
+    """A hybrid (Jamba) GGUF with random weights: recurrent layers 0 and 2,
+    attention layers 1 and 3 (a KV cache beside the recurrent state)."""
+    return _make("jamba", tokenizer_gguf, seed=seed, attention=(1, 3))
+
+
+def _make(arch: str, tokenizer_gguf: Path, *, seed: int, attention: tuple[int, ...], n_layer: int = 4,
+          n_embd: int = 128) -> Path:
+    """The path of a random-weight GGUF of `arch`, written once."""
+    key = hashlib.sha256(f"{RECIPE}|{arch}|{n_layer}|{n_embd}|{seed}|{attention}|{tokenizer_gguf.name}".encode())
+    path = _cache_dir() / f"{arch}-tiny-{key.hexdigest()[:12]}.gguf"
     if path.exists():
         return path
     import gguf
@@ -66,45 +78,66 @@ def make_mamba(tokenizer_gguf: Path, *, n_layer: int = 4, n_embd: int = 128, see
     rng = np.random.default_rng(seed)
     d_inner, d_state, d_conv = 2 * n_embd, 16, 4
     dt_rank = -(n_embd // -16)
+    n_head, n_ff = 4, 2 * n_embd
     tmp = path.with_suffix(".part")
-    writer = gguf.GGUFWriter(str(tmp), "mamba")
-    writer.add_name("mamba-tiny (random weights)")
+    writer = gguf.GGUFWriter(str(tmp), arch)
+    writer.add_name(f"{arch}-tiny (random weights)")
     n_vocab = _copy_tokenizer(writer, tokenizer_gguf)
     writer.add_context_length(4096)
     writer.add_embedding_length(n_embd)
-    writer.add_feed_forward_length(0)
-    writer.add_head_count(0)
     writer.add_block_count(n_layer)
+    if arch == "mamba":
+        writer.add_feed_forward_length(0)
+        writer.add_head_count(0)
+        writer.add_ssm_dt_b_c_rms(False)
+    else:
+        writer.add_feed_forward_length(n_ff)
+        writer.add_head_count(n_head)
+        writer.add_head_count_kv([n_head if i in attention else 0 for i in range(n_layer)])
+        writer.add_expert_count(0)
     writer.add_ssm_conv_kernel(d_conv)
     writer.add_ssm_inner_size(d_inner)
     writer.add_ssm_state_size(d_state)
     writer.add_ssm_time_step_rank(dt_rank)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_ssm_dt_b_c_rms(False)
     writer.add_file_type(0)  # all F32
 
     def rand(*shape, scale=None):
         scale = scale if scale is not None else 1.0 / np.sqrt(shape[-1])
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
+    ones = lambda n: np.ones(n, np.float32)  # noqa: E731
     # numpy shapes are ggml's dimensions reversed
     writer.add_tensor("token_embd.weight", rand(n_vocab, n_embd, scale=1.0))
-    writer.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
+    writer.add_tensor("output_norm.weight", ones(n_embd))
     # an output matrix of its own (tied to the embedding, the model would repeat its last token)
     writer.add_tensor("output.weight", rand(n_vocab, n_embd, scale=3.0 / np.sqrt(n_embd)))
     for i in range(n_layer):
         p = f"blk.{i}."
-        writer.add_tensor(p + "attn_norm.weight", np.ones(n_embd, np.float32))
-        writer.add_tensor(p + "ssm_in.weight", rand(2 * d_inner, n_embd))
-        writer.add_tensor(p + "ssm_conv1d.weight", rand(d_inner, d_conv))
-        writer.add_tensor(p + "ssm_conv1d.bias", rand(d_inner, scale=0.1))
-        writer.add_tensor(p + "ssm_x.weight", rand(dt_rank + 2 * d_state, d_inner))
-        writer.add_tensor(p + "ssm_dt.weight", rand(d_inner, dt_rank))
-        writer.add_tensor(p + "ssm_dt.bias", rand(d_inner, scale=0.1) - 2.0)
-        a = np.tile(np.arange(1, d_state + 1, dtype=np.float32), (d_inner, 1))
-        writer.add_tensor(p + "ssm_a", -a)  # A = -exp(A_log), as the converter writes it
-        writer.add_tensor(p + "ssm_d", np.ones(d_inner, np.float32))
-        writer.add_tensor(p + "ssm_out.weight", rand(n_embd, d_inner, scale=2.0 / np.sqrt(d_inner)))
+        writer.add_tensor(p + "attn_norm.weight", ones(n_embd))
+        if i in attention:
+            for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+                writer.add_tensor(p + name + ".weight", rand(n_embd, n_embd))
+        else:
+            writer.add_tensor(p + "ssm_in.weight", rand(2 * d_inner, n_embd))
+            writer.add_tensor(p + "ssm_conv1d.weight", rand(d_inner, d_conv))
+            writer.add_tensor(p + "ssm_conv1d.bias", rand(d_inner, scale=0.1))
+            writer.add_tensor(p + "ssm_x.weight", rand(dt_rank + 2 * d_state, d_inner))
+            writer.add_tensor(p + "ssm_dt.weight", rand(d_inner, dt_rank))
+            writer.add_tensor(p + "ssm_dt.bias", rand(d_inner, scale=0.1) - 2.0)
+            a = np.tile(np.arange(1, d_state + 1, dtype=np.float32), (d_inner, 1))
+            writer.add_tensor(p + "ssm_a", -a)  # A = -exp(A_log), as the converter writes it
+            writer.add_tensor(p + "ssm_d", ones(d_inner))
+            writer.add_tensor(p + "ssm_out.weight", rand(n_embd, d_inner, scale=2.0 / np.sqrt(d_inner)))
+            if arch == "jamba":
+                writer.add_tensor(p + "ssm_dt_norm.weight", ones(dt_rank))
+                writer.add_tensor(p + "ssm_b_norm.weight", ones(d_state))
+                writer.add_tensor(p + "ssm_c_norm.weight", ones(d_state))
+        if arch == "jamba":
+            writer.add_tensor(p + "ffn_norm.weight", ones(n_embd))
+            writer.add_tensor(p + "ffn_gate.weight", rand(n_ff, n_embd))
+            writer.add_tensor(p + "ffn_up.weight", rand(n_ff, n_embd))
+            writer.add_tensor(p + "ffn_down.weight", rand(n_embd, n_ff))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

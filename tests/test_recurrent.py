@@ -1,8 +1,9 @@
-"""Drafting on a recurrent target (a tiny random-weight Mamba the tests
-write, made_models.py): a rewind cannot cut a recurrent state, so the
-target goes back to its checkpoint and reads the accepted tokens again.
-The text must be the target alone's, greedy and seeded, whatever drafted:
-a second Mamba (other weights, so it is rejected often and every step
+"""Drafting on recurrent and hybrid targets (tiny random-weight Mamba and
+Jamba models the tests write, made_models.py): a rewind cannot cut a
+recurrent state, so the model goes back to its checkpoint and reads the
+accepted tokens again (a hybrid's attention KV is cut as usual).  The text
+must be the target alone's, greedy and seeded, whatever drafted: a second
+model of the kind (other weights: rejected at every step, so every step
 rewinds), the model itself, the lookup."""
 
 import pytest
@@ -19,16 +20,17 @@ PROMPTS = ["one two three one two three one two", "def add(a, b):\n    return a 
            "The quick brown fox jumps over the lazy dog. The quick brown"]
 
 
-@pytest.fixture(scope="module")
-def mamba_paths(smollm_path):
-    from made_models import make_mamba
-    return make_mamba(smollm_path, seed=0), make_mamba(smollm_path, seed=1)
+@pytest.fixture(scope="module", params=["mamba", "jamba"])
+def made_paths(request, smollm_path):
+    import made_models
+    make = getattr(made_models, f"make_{request.param}")
+    return make(smollm_path, seed=0), make(smollm_path, seed=1)
 
 
 @pytest.fixture(scope="module")
-def mambas(mamba_paths):
+def models(made_paths):
     from spec_cli.llama.backend import LoadConfig, Model
-    models = [Model(p, LoadConfig(n_ctx=512)) for p in (mamba_paths[0], mamba_paths[0], mamba_paths[1])]
+    models = [Model(p, LoadConfig(n_ctx=512)) for p in (made_paths[0], made_paths[0], made_paths[1])]
     yield models  # target, the same file as a draft, another one as a draft
     for m in models:
         m.close()
@@ -36,8 +38,8 @@ def mambas(mamba_paths):
 
 @pytest.mark.parametrize("sampling,seed", [(SamplingConfig(), None),
                                            (SamplingConfig(temperature=0.9, top_k=40, top_p=0.95), 7)])
-def test_drafting_on_a_recurrent_target_keeps_its_text(mambas, sampling, seed):
-    target, same, other = mambas
+def test_drafting_on_a_recurrent_target_keeps_its_text(models, sampling, seed):
+    target, same, other = models
     assert target.recurrent
     replays = target.replays
     for text in PROMPTS:
@@ -51,10 +53,10 @@ def test_drafting_on_a_recurrent_target_keeps_its_text(mambas, sampling, seed):
     assert other.replays > 0  # and on the recurrent draft's
 
 
-def test_a_rewind_reads_back_to_the_same_state(mambas):
+def test_a_rewind_reads_back_to_the_same_state(models):
     """Rewound through the checkpoint, the next logits are those of a
     state that never went past the rewind point."""
-    target = mambas[0]
+    target = models[0]
     toks = target.tokenize(PROMPTS[1])
     target.reset()
     first = target.catch_up(toks, logits_last=True).copy()
@@ -67,10 +69,10 @@ def test_a_rewind_reads_back_to_the_same_state(mambas):
     assert abs(again - first).max() < 1e-4
 
 
-def test_generate_runs_a_recurrent_target_end_to_end(mamba_paths):
-    path = str(mamba_paths[0])
+def test_generate_runs_a_recurrent_target_end_to_end(made_paths):
+    path = str(made_paths[0])
     outs = []
-    for proposer in (["--proposer", "none"], ["--proposer", "hybrid", "--draft", str(mamba_paths[1])]):
+    for proposer in (["--proposer", "none"], ["--proposer", "draft", "--draft", str(made_paths[1])]):
         res = spec("generate", "--raw", "--temp", "0", "-n", "24", "--target", path, *proposer, PROMPTS[0])
         assert res.returncode == 0, res.stderr
         outs.append(res.stdout)
