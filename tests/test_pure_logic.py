@@ -190,3 +190,22 @@ def test_the_timed_lookup_drafts_the_lookups_proposal_cut_to_the_reference():
     assert cand.source == "ngram-oracle" and cand.limit == 3
     assert tl.draft(prompt, cand, 3).tokens == [3, 4, 5]
     assert tl.candidates(prompt + [3, 4, 6]) == []   # parted from the reference: nothing to measure
+
+
+def test_a_source_is_its_name_with_its_parts():
+    """What drafted is typed: the lookup makes Sources, the policy and the
+    statistics read their parts, and a plain name reads the same way."""
+    from spec_cli.core.policy import prior
+    from spec_cli.core.source import Source
+    from spec_cli.core.stats import origin
+
+    made = Source("prompt", "multi", 4)
+    assert made == "prompt-multi4" and Source.of("prompt-multi4") == made
+    assert (made.origin, made.kind, made.matched, made.group, made.is_lookup) == ("prompt", "multi", 4,
+                                                                                   "prompt-multi", True)
+    for name in ("hist-run16", "output8", "draft", "ngram-oracle", "prompt1"):
+        parsed = Source.of(name)
+        assert parsed == name and Source(parsed.origin, parsed.kind, parsed.matched) == name
+        assert origin(name) == parsed.origin and prior(name, 3) == prior(parsed, 3)
+    assert not Source.of("draft").is_lookup and origin("ngram-oracle") == "ngram"
+    assert prior("output8", 1)[0] < prior("prompt8", 1)[0]  # the output repeats itself less surely

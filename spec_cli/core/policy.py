@@ -22,7 +22,7 @@ turns off when it does not pay and back on when it would:
   * a_j follows the acceptance seen at each draft position, per proposer;
     a draft model's own confidence (its top probability) refines it token
     by token, so a draft stops early where it is unsure.  A lookup's
-    sources (suffix.py: where it matched, how long, a copy or not) start
+    sources (source.py: where it matched, how long, a copy or not) start
     from priors by position -- a first token is the doubtful one; once it
     holds, a copy mostly goes on -- and what any of them sees moves all the
     sources of the same origin a little (a log-odds shift): a text that
@@ -48,6 +48,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from .source import Source
 from .stats import origin
 
 EMA = 0.3
@@ -170,13 +171,12 @@ SHIFT_MAX = 2.0
 
 
 def _group(source: str) -> str:
-    """What the safeguard judges as one: "prompt8" and "prompt4" alike, but
-    apart from "prompt-run8" (a copy the output follows) and "prompt-multi2"."""
-    return source.rstrip("0123456789")
+    """What the safeguard judges as one (Source.group)."""
+    return Source.of(source).group
 
 
 def _lookup(source: str) -> bool:
-    return source[-1:].isdigit()
+    return Source.of(source).is_lookup
 
 
 def _shifted(p: float, shift: float) -> float:
@@ -188,17 +188,15 @@ def prior(source: str, n: int) -> list[float]:
     """Acceptance chances for draft positions 1..n before anything is seen."""
     if source in PRIORS:
         return [PRIORS[source]] * n
-    name = _group(source)
-    digits = source[len(name):]
-    if not digits:
+    src = Source.of(source)
+    if not src.is_lookup:
         return [0.7] * n
-    where, _, kind = name.partition("-")
-    first = FIRST.get(kind, FIRST[""]).get(int(digits), 0.7)
+    first = FIRST.get(src.kind, FIRST[""]).get(src.matched, 0.7)
     later = [LATER[min(i, len(LATER) - 1)] for i in range(n - 1)]
-    if kind == "run":
+    if src.kind == "run":
         later = [max(first, x) for x in later]
     rates = [first] + later
-    return [r * OUTPUT if where == "output" else r for r in rates][:n]
+    return [r * OUTPUT if src.origin == "output" else r for r in rates][:n]
 
 
 WINDOW = 32      # drafting steps per proposer kept by the safeguard

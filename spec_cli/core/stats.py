@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .source import Source
+
 
 @dataclass
 class Stats:
@@ -131,5 +133,5 @@ class Stats:
 
 def origin(source: str) -> str:
     """What drafted, without the match length: "prompt8" -> "prompt",
-    "hist-run16" -> "hist" (also the policy's safeguard groups by it)."""
-    return source.split("-")[0].rstrip("0123456789")
+    "hist-run16" -> "hist" (Source.origin)."""
+    return Source.of(source).origin

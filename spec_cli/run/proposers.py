@@ -7,8 +7,9 @@ drafts up to that many tokens.
     draft(context, candidate, k, keep_going) -> Proposal(tokens, probs or None)
 
 `context` is every token so far (prompt and output).  `source` names what
-the policy learns acceptance for ("draft", "oracle", and for the lookup
-in suffix.py where it matched and how long: "prompt8", "output4", "hist16").  `probs` holds the draft distribution of each proposed
+the policy learns acceptance for (a core.source.Source, or a plain name:
+"draft", "oracle", and for the lookup in suffix/ where it matched and how
+long: "prompt8", "output4", "hist16").  `probs` holds the draft distribution of each proposed
 token, row by row, or is None for a point mass (n-gram lookup, greedy and
 Gumbel-coupled drafts).  `keep_going(confidences so far)` lets a draft
 model stop early where it is unsure.
