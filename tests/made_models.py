@@ -1,7 +1,8 @@
 """Tiny random-weight GGUFs of architectures no small real model on the
 package index has, written by the tests themselves with the `gguf`
-package: a recurrent one (Mamba) and a hybrid one (Jamba: recurrent and
-attention layers), to exercise rewinds a KV cache alone does not need.  SmolLM2's tokenizer is copied in, so SmolLM2 can draft for them.
+package: a recurrent one (Mamba) and hybrids of recurrent and attention
+layers (Jamba; LFM2, whose state llama.cpp can roll back itself), to
+exercise rewinds a KV cache alone does not need.  SmolLM2's tokenizer is copied in, so SmolLM2 can draft for them.
 
 Random weights say nothing about acceptance; they say whether drafting
 keeps the target alone's text, which is what these models test.  Each
@@ -66,6 +67,13 @@ def make_jamba(tokenizer_gguf: Path, *, seed: int = 0) -> Path:
     return _make("jamba", tokenizer_gguf, seed=seed, attention=(1, 3))
 
 
+def make_lfm2(tokenizer_gguf: Path, *, seed: int = 0) -> Path:
+    """A hybrid (LFM2: short convolutions and attention) GGUF with random
+    weights: convolution layers 0 and 2, attention layers 1 and 3.  Unlike
+    Jamba's, llama.cpp can roll its recurrent state back (n_rs_seq)."""
+    return _make("lfm2", tokenizer_gguf, seed=seed, attention=(1, 3))
+
+
 def _make(arch: str, tokenizer_gguf: Path, *, seed: int, attention: tuple[int, ...], n_layer: int = 4,
           n_embd: int = 128) -> Path:
     """The path of a random-weight GGUF of `arch`, written once."""
@@ -90,6 +98,12 @@ def _make(arch: str, tokenizer_gguf: Path, *, seed: int, attention: tuple[int, .
         writer.add_feed_forward_length(0)
         writer.add_head_count(0)
         writer.add_ssm_dt_b_c_rms(False)
+    elif arch == "lfm2":
+        writer.add_feed_forward_length(n_ff)
+        writer.add_head_count(n_head)
+        writer.add_head_count_kv([n_head if i in attention else 0 for i in range(n_layer)])
+        writer.add_shortconv_l_cache(3)
+        writer.add_rope_freq_base(10000.0)
     else:
         writer.add_feed_forward_length(n_ff)
         writer.add_head_count(n_head)
@@ -109,7 +123,7 @@ def _make(arch: str, tokenizer_gguf: Path, *, seed: int, attention: tuple[int, .
     ones = lambda n: np.ones(n, np.float32)  # noqa: E731
     # numpy shapes are ggml's dimensions reversed
     writer.add_tensor("token_embd.weight", rand(n_vocab, n_embd, scale=1.0))
-    writer.add_tensor("output_norm.weight", ones(n_embd))
+    writer.add_tensor("token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight", ones(n_embd))
     # an output matrix of its own (tied to the embedding, the model would repeat its last token)
     writer.add_tensor("output.weight", rand(n_vocab, n_embd, scale=3.0 / np.sqrt(n_embd)))
     for i in range(n_layer):
@@ -118,6 +132,13 @@ def _make(arch: str, tokenizer_gguf: Path, *, seed: int, attention: tuple[int, .
         if i in attention:
             for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
                 writer.add_tensor(p + name + ".weight", rand(n_embd, n_embd))
+            if arch == "lfm2":
+                writer.add_tensor(p + "attn_q_norm.weight", ones(n_embd // n_head))
+                writer.add_tensor(p + "attn_k_norm.weight", ones(n_embd // n_head))
+        elif arch == "lfm2":
+            writer.add_tensor(p + "shortconv.conv.weight", rand(n_embd, 3))
+            writer.add_tensor(p + "shortconv.in_proj.weight", rand(3 * n_embd, n_embd))
+            writer.add_tensor(p + "shortconv.out_proj.weight", rand(n_embd, n_embd))
         else:
             writer.add_tensor(p + "ssm_in.weight", rand(2 * d_inner, n_embd))
             writer.add_tensor(p + "ssm_conv1d.weight", rand(d_inner, d_conv))
@@ -133,7 +154,7 @@ def _make(arch: str, tokenizer_gguf: Path, *, seed: int, attention: tuple[int, .
                 writer.add_tensor(p + "ssm_dt_norm.weight", ones(dt_rank))
                 writer.add_tensor(p + "ssm_b_norm.weight", ones(d_state))
                 writer.add_tensor(p + "ssm_c_norm.weight", ones(d_state))
-        if arch == "jamba":
+        if arch in ("jamba", "lfm2"):
             writer.add_tensor(p + "ffn_norm.weight", ones(n_embd))
             writer.add_tensor(p + "ffn_gate.weight", rand(n_ff, n_embd))
             writer.add_tensor(p + "ffn_up.weight", rand(n_ff, n_embd))

@@ -52,6 +52,10 @@ class LoadConfig:
     # sequences in the context, each with its own KV cache of n_ctx tokens
     # (llama.cpp's non-unified cache: a sequence attends over its own cells only)
     n_seq: int = 1
+    # recurrent states llama.cpp keeps per sequence to roll back to (its
+    # n_rs_seq; only some architectures can), so a rewind of up to this many
+    # tokens needs no checkpoint: a verify batch of draft_max + 1 tokens
+    rs_snapshots: int = 16
 
 
 # -- logging: llama.cpp talks a lot on stderr; keep errors only -------------
@@ -107,8 +111,9 @@ class Model:
         # Qwen3.5, Granite 4.0-H, LFM2): a rewind cannot cut it, see truncate
         self.recurrent = bool(llama_cpp.llama_model_is_recurrent(self._model)
                               or llama_cpp.llama_model_is_hybrid(self._model))
-        self._ckpt: tuple[int, int, bytes] | None = None  # (seq, position, recurrent state there)
-        self.replays = 0  # rewinds done by going back to a checkpoint and reading tokens again
+        self._ckpt: dict[int, tuple[int, bytes]] = {}  # seq -> (position, the recurrent state there)
+        self.replays = 0    # rewinds done by going back to a checkpoint and reading tokens again
+        self.rollbacks = 0  # rewinds of a recurrent state done by llama.cpp's own snapshots
 
         threads = self.n_threads = cfg.n_threads or os.cpu_count() or 1
         cparams = llama_cpp.llama_context_default_params()
@@ -121,6 +126,8 @@ class Model:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
+        if self.recurrent:
+            cparams.n_rs_seq = cfg.rs_snapshots  # llama.cpp sets 0 where the architecture cannot
         if cfg.deterministic:
             # Flash attention over a Q8_0 KV cache: llama.cpp's CPU kernel
             # then treats every query row alike whatever the batch, whereas
@@ -138,6 +145,7 @@ class Model:
                             f"for {self.path.name}",
                             hint="Try a smaller --ctx, or fewer GPU layers.")
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx) // cfg.n_seq  # each sequence's
+        self.n_rs = int(llama_cpp.llama_n_rs_seq(self._ctx)) if self.recurrent else 0
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)  # llama.cpp may lower what was asked
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
@@ -362,7 +370,7 @@ class Model:
         # short by Ctrl-C may have left behind
         llama_cpp.llama_memory_seq_rm(self._mem, self.seq, pos0, -1)
         m = len(chunk)
-        if self.recurrent and m > 1:
+        if self.recurrent and m - 1 > self.n_rs:  # llama.cpp's own snapshots cannot undo this batch
             self._checkpoint(pos0)
         b.n_tokens = m
         for i, t in enumerate(chunk):
@@ -398,23 +406,29 @@ class Model:
 
     def truncate(self, n: int) -> None:
         """Drop KV entries from position n on.  A recurrent state cannot be
-        cut (llama.cpp refuses, and its refusal is never ignored): it goes
-        back to the state saved before the last batch of several tokens
-        and reads the tokens up to n again, or, before that checkpoint,
-        reads them all again."""
+        cut: llama.cpp rolls it back to one of its snapshots where the
+        architecture keeps them (n_rs, once per decode), else it refuses,
+        and the refusal is never ignored: the model goes back to the state
+        it saved before its last batch of several tokens and reads the
+        tokens up to n again, or, before that checkpoint, reads them all
+        again."""
         if n >= len(self.tokens):
             return
+        ckpt = self._ckpt.get(self.seq)
+        if ckpt is not None and ckpt[0] > n:
+            del self._ckpt[self.seq]  # a state past the cut is no state of what stays
+            ckpt = None
         if llama_cpp.llama_memory_seq_rm(self._mem, self.seq, n, -1):
             del self.tokens[n:]
+            self.rollbacks += self.recurrent
             return
         if not self.recurrent:
             raise SpecError(f"llama.cpp could not rewind {self.path.name} to position {n}")
         self.replays += 1
-        ckpt = self._ckpt
-        if ckpt is not None and ckpt[0] == self.seq and ckpt[1] <= n and self._restore(ckpt[2]) \
-                and llama_cpp.llama_memory_seq_rm(self._mem, self.seq, ckpt[1], -1):
-            again = self.tokens[ckpt[1]:n]
-            del self.tokens[ckpt[1]:]
+        if ckpt is not None and self._restore(ckpt[1]) and llama_cpp.llama_memory_seq_rm(self._mem, self.seq,
+                                                                                          ckpt[0], -1):
+            again = self.tokens[ckpt[0]:n]
+            del self.tokens[ckpt[0]:]
         else:
             llama_cpp.llama_memory_seq_rm(self._mem, self.seq, -1, -1)  # the whole sequence always goes
             again = self.tokens[:n]
@@ -429,7 +443,10 @@ class Model:
         size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, self.seq, flags)
         buf = (ctypes.c_uint8 * size)()
         got = llama_cpp.llama_state_seq_get_data_ext(self._ctx, buf, size, self.seq, flags)
-        self._ckpt = (self.seq, pos, bytes(buf)[:got]) if got else None
+        if got:
+            self._ckpt[self.seq] = (pos, bytes(buf)[:got])
+        else:
+            self._ckpt.pop(self.seq, None)
 
     def _restore(self, state: bytes) -> bool:
         flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
@@ -443,6 +460,7 @@ class Model:
         else:
             llama_cpp.llama_memory_seq_rm(self._mem, self.seq, -1, -1)
         self.tokens.clear()
+        self._ckpt.pop(self.seq, None)
 
     def catch_up(self, tokens: Sequence[int], *, logits_last: bool = False,
                  copy: bool = True) -> int | np.ndarray:
