@@ -7,6 +7,8 @@ must be the target alone's, greedy and seeded, whatever drafted: a second
 model of the kind (other weights: rejected at every step, so every step
 rewinds), the model itself, the lookup."""
 
+import json
+
 import pytest
 
 from spec_cli.core.sampling import SamplingConfig
@@ -81,3 +83,7 @@ def test_generate_runs_a_recurrent_target_end_to_end(made_paths):
         assert res.returncode == 0, res.stderr
         outs.append(res.stdout)
     assert outs[0] == outs[1] and outs[0].strip()
+    res = spec("models", "info", "--json", path)
+    info = json.loads(res.stdout)
+    assert info["memory"] in ("recurrent", "hybrid (attention and recurrent layers)") and info["mtp_layers"] == 0
+    assert info["recurrent_rollback"] in ("snapshots", "checkpoint and read again")

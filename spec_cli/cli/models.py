@@ -62,8 +62,9 @@ def models_pull(names: List[str] = typer.Argument(..., help="Model names (name o
 @models_app.command("info")
 def models_info(model: str = typer.Argument(..., help="A registered name or a .gguf path."),
                 as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout.")) -> None:
-    """Architecture, size, quantization, vocabulary, context, chat template
-    and FIM tokens, read from the GGUF itself."""
+    """Architecture, size, quantization, vocabulary, context, chat template,
+    FIM tokens, memory kind (KV cache, recurrent, hybrid) and MTP layers,
+    read from the GGUF itself."""
     from ..term import render
     from ..llama.backend import LoadConfig, Model
     from ..models.download import resolve
@@ -83,4 +84,6 @@ def models_info(model: str = typer.Argument(..., help="A registered name or a .g
             v = f"{v:,} ({v / 2**30:.2f} GiB)"
         elif k == "fim_tokens":
             v = ", ".join(f"{a}={b}" for a, b in v.items()) or "none (no fill-in-the-middle)"
+        elif v is None:
+            v = "-"
         print(f"{k.replace('_', ' '):<{width}}  {v}")

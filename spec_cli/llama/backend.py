@@ -315,6 +315,14 @@ class Model:
             "bos": self.token_text(special["bos"]) if special["bos"] >= 0 else None,
             "eos": self.token_text(special["eos"]) if special["eos"] >= 0 else None,
             "fim_tokens": fim,
+            # how a rewind is done (see truncate): a KV cache is cut; a recurrent state is rolled
+            # back by llama.cpp's snapshots where the architecture keeps them, else read again
+            "memory": ("hybrid (attention and recurrent layers)" if llama_cpp.llama_model_is_hybrid(self._model)
+                       else "recurrent" if llama_cpp.llama_model_is_recurrent(self._model) else "KV cache"),
+            "recurrent_rollback": (("snapshots" if self.n_rs else "checkpoint and read again")
+                                   if self.recurrent else None),
+            # multi-token-prediction (NextN) layers in the file: drafting with them is not built yet
+            "mtp_layers": int(llama_cpp.llama_model_n_layer_nextn(self._model)),
         }
 
     @property
