@@ -429,6 +429,9 @@ def test_cross_site_pages_are_refused_and_local_ones_get_cors(server):
     # addressed by a loopback name, with or without a port, the server answers
     for host in ("localhost", f"localhost:{server.port}", f"[::1]:{server.port}", "127.0.0.1"):
         assert post_raw(server, "/v1/completions", body, {**j, "Host": host})[0] == 200, host
+    # an HTTP/1.0 client that sends no Host at all is no browser: served
+    head = b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    assert raw_http(server.port, head + body, timeout=60).startswith(b"HTTP/1.1 200")
 
 
 def test_a_half_sent_request_is_dropped_after_the_read_timeout(guarded):

@@ -71,7 +71,7 @@ class Access:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         host, origin = headers.get("host", ""), headers.get("origin")
         method = scope["method"]
-        if self.check_host and not is_loopback(_hostname(host)):
+        if self.check_host and host and not is_loopback(_hostname(host)):  # (no Host: no browser sent it)
             log.warning("refused a request for host %r (not this machine's loopback)", host[:100])
             return await _refuse(send, 403, f"the Host header {host[:100]!r} is not a loopback address: this "
                                             "server listens on loopback only (restart it with --host to open it "
