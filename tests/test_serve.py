@@ -96,7 +96,8 @@ def server(smollm_path):
 @pytest.fixture(scope="module")
 def guarded(smollm_path):
     """No queue (one request at a time) and an API key."""
-    srv = Server(smollm_path, dict(os.environ), "--queue", "0", "--api-key", KEY, "--read-timeout", "1.5")
+    srv = Server(smollm_path, dict(os.environ), "--queue", "0", "--api-key", KEY, "--read-timeout", "1.5",
+                 "--allow-host", "llm.example")
     yield srv
     srv.stop()
 
@@ -444,6 +445,13 @@ def test_a_half_sent_request_is_dropped_after_the_read_timeout(guarded):
             b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: 100\r\n\r\n{\"prompt\"")
     reply = raw_http(guarded.port, head)
     assert reply.startswith(b"HTTP/1.1 408") and b'"timeout_error"' in reply
+
+
+def test_allow_host_adds_a_name(guarded):
+    auth = {"Authorization": f"Bearer {KEY}"}
+    assert guarded.get("/v1/models", headers={**auth, "Host": "llm.example:8012"})[0] == 200
+    status, reply, _ = guarded.get("/v1/models", headers={**auth, "Host": "other.example"})
+    assert status == 403 and "--allow-host" in reply["error"]["message"]
 
 
 def test_a_non_streamed_client_that_leaves_frees_the_worker_at_once(server):

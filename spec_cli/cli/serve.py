@@ -31,6 +31,10 @@ def serve(
         "--cors", metavar="ORIGIN",
         help="A web page's origin (https://chat.example.com) allowed to call the server from a browser; "
              "repeat for more. Pages on loopback addresses are always allowed, others refused.")] = None,
+    allow_host: Annotated[Optional[list[str]], typer.Option(
+        "--allow-host", metavar="NAME",
+        help="A Host name to answer besides loopback ones (a local reverse proxy that passes its own); "
+             "repeat for more. Others are refused, against DNS rebinding.")] = None,
     read_timeout: Annotated[float, typer.Option(
         "--read-timeout", min=0.1, metavar="SECONDS",
         help="Close a connection that sends no whole request head in this time; answer 408 to a body that "
@@ -71,7 +75,7 @@ def serve(
         from ..serve.access import Access, Protocol
 
         app = Access(create_app(worker, api_key=api_key, read_s=read_timeout), check_host=_loopback(host),
-                     cors=tuple(cors or ()))
+                     cors=tuple(cors or ()), hosts=tuple(allow_host or ()))
         config = uvicorn.Config(app, host=host, port=port, log_level="warning" if quiet else "info",
                                 access_log=not quiet, timeout_graceful_shutdown=5, lifespan="off",
                                 http=Protocol.with_timeout(read_timeout), timeout_keep_alive=5,

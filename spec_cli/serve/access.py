@@ -8,8 +8,9 @@ API: no cross-site access, no DNS rebinding, no hung connections.
   Requests with no Origin (editors, `curl`, the `openai` client) pass.
 - `Host`: a server bound to loopback answers only requests addressed to a
   loopback name or address (DNS rebinding points a foreign name at
-  127.0.0.1 to make the browser treat it as same-origin).  A server opened
-  with `--host` to the network checks no Host: use `--api-key` there.
+  127.0.0.1 to make the browser treat it as same-origin); `--allow-host
+  NAME` adds a name (a local reverse proxy that passes its own).  A server
+  opened with `--host` to the network checks no Host: use `--api-key` there.
 - `Content-Type`: a POST must say `application/json`.  Plain-text and form
   bodies are what a page may send without a preflight.
 - A connection that has not sent a whole request head within `head_s`
@@ -61,9 +62,10 @@ def origin_allowed(origin: str, allowed: frozenset[str]) -> bool:
 class Access:
     """ASGI middleware in front of the app: Origin, Host and Content-Type."""
 
-    def __init__(self, app, *, check_host: bool, cors: tuple[str, ...] = ()):
+    def __init__(self, app, *, check_host: bool, cors: tuple[str, ...] = (), hosts: tuple[str, ...] = ()):
         self.app, self.check_host = app, check_host
         self.cors = frozenset(o.rstrip("/").lower() for o in cors)
+        self.hosts = frozenset(h.lower().rstrip(".") for h in hosts)  # names allowed besides loopback
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -71,11 +73,12 @@ class Access:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         host, origin = headers.get("host", ""), headers.get("origin")
         method = scope["method"]
-        if self.check_host and host and not is_loopback(_hostname(host)):  # (no Host: no browser sent it)
+        name = _hostname(host).lower().rstrip(".")
+        if self.check_host and host and not is_loopback(name) and name not in self.hosts:  # no Host: no browser
             log.warning("refused a request for host %r (not this machine's loopback)", host[:100])
             return await _refuse(send, 403, f"the Host header {host[:100]!r} is not a loopback address: this "
-                                            "server listens on loopback only (restart it with --host to open it "
-                                            "to the network)", kind="permission_error")
+                                            "server listens on loopback only (a proxy or alias that sends this name: "
+                                            "restart it with --allow-host NAME)", kind="permission_error")
         extra: list[tuple[bytes, bytes]] = []
         if origin is not None:
             if not origin_allowed(origin, self.cors):
