@@ -406,6 +406,10 @@ def test_a_battery_of_hostile_requests_gets_4xx_in_openais_shape(server):
             assert error["param"] == name, (what, error)
     assert not wrong, wrong
     assert len(cases) > 200
+    # a body cut short by a client that leaves, and a broken request line: no traceback (checked at shutdown)
+    raw_http(server.port, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 1000\r\n\r\n{\"prompt\": \"a", read=False)
+    assert raw_http(server.port, b"BROKEN\x00 / HTTP/9\r\n\r\n").startswith(b"HTTP/1.1 400")
     status, reply, _ = server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "temperature": 0})
     assert status == 200 and reply["choices"][0]["text"]
 
