@@ -108,6 +108,14 @@ def test_a_draft_that_could_never_pay_here_is_not_loaded(state, tmp_path):
     assert why and "0.41 of a target token" in why
     remember({"1": 0.072, "2": 0.105, "4": 0.12, "8": 0.215, "17": 0.33})  # memory-bound: batches are cheap
     assert probe.draft_cannot_pay(target, cfg, draft, cfg) is None
+    # a remembered draft cost above its own batch of two is a stall, not a cost: not believed
+    cheap = {"1": 0.072, "2": 0.105, "4": 0.12, "8": 0.215, "17": 0.33}
+    state.write_text(json.dumps({fingerprint(target, cfg): {"curve": cheap, "verify_cap": None},
+                                 fingerprint(draft, cfg): {"curve": {"1": 0.6, "2": 0.04}, "verify_cap": None}}))
+    assert probe.draft_cannot_pay(target, cfg, draft, cfg) is None
+    state.write_text(json.dumps({fingerprint(target, cfg): {"curve": cheap, "verify_cap": None},
+                                 fingerprint(draft, cfg): {"curve": {"1": 0.07, "2": 0.1}, "verify_cap": None}}))
+    assert "0.97 of a target token" in probe.draft_cannot_pay(target, cfg, draft, cfg)  # a plausible one is
 
 
 def test_the_command_leaves_out_a_draft_that_cannot_pay_and_says_so(smollm_path, spec_env, tmp_path):

@@ -209,3 +209,21 @@ def test_a_source_is_its_name_with_its_parts():
         assert origin(name) == parsed.origin and prior(name, 3) == prior(parsed, 3)
     assert not Source.of("draft").is_lookup and origin("ngram-oracle") == "ngram"
     assert prior("output8", 1)[0] < prior("prompt8", 1)[0]  # the output repeats itself less surely
+
+
+def test_one_slow_draft_cannot_poison_the_remembered_draft_cost():
+    """A cold first draft (weights read from disk) 15x the usual cost moves
+    the remembered cost per token by a bounded step, not to 4.6x; drafts
+    that keep measuring a new cost still reach it."""
+    from spec_cli.run.proposers import learned_cost
+
+    usual = 0.04
+    assert learned_cost(usual, 0.6) <= usual * 1.6 + 1e-12
+    c = usual
+    for _ in range(12):
+        c = learned_cost(c, 0.2)
+    assert abs(c - 0.2) < 0.01
+    c = 0.6  # a cost poisoned before the bound: real drafts bring it back within a run
+    for _ in range(20):
+        c = learned_cost(c, usual)
+    assert c < usual * 1.1

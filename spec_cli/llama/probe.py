@@ -218,6 +218,10 @@ def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: in
         return None  # the load will say what is wrong with the file
     remembered = recall(draft, draft_cfg)
     d = remembered[1] if remembered and 1 in remembered else ratio * curve[1]
+    if remembered and d > remembered.get(2, float("inf")):
+        # a cost per token above its own batch of two is a stall remembered, not a steady
+        # cost (spec-cli before its bounded learning kept such): loaded, it is measured again
+        d = ratio * curve[1]
     cost = CostModel.from_timings(curve, k_max + 1)
     if can_pay(cost, d, k_max, margin=LOAD_MARGIN):
         return None

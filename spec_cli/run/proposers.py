@@ -53,6 +53,19 @@ class Proposal:
 
 EMPTY = Proposal([])
 LEARN = 0.3  # how fast a draft model's cost per token follows what its drafts measured
+OUTLIER = 3.0  # one draft counts as at most this many times (or this fraction of) the cost known so far
+
+
+def learned_cost(known: float, measured: float) -> float:
+    """A draft model's cost per token after one more draft measured
+    `measured`.  One draft moves it by a bounded step: the first draft
+    after a load can read the weights from disk, and a busy moment can
+    stall one, and a single such draft must not make the next runs leave
+    the draft model out for good (its cost is remembered, and a model left
+    out is never measured again).  Drafts that keep measuring the same
+    still get there, a factor of 1.6 a draft."""
+    measured = min(max(measured, known / OUTLIER), known * OUTLIER)
+    return known + LEARN * (measured - known)
 KeepGoing = Callable[[list[float]], bool]
 
 
@@ -186,8 +199,7 @@ class DraftModel:
         # is charged as that much, not as the draft's usual cost
         steady = seconds if behind <= 2 else seconds - t_sync * (1 - 2 / behind)
         if self.clock is None and self.model.curve:  # what the next run's prior per token will be
-            c1 = self.model.curve[1]
-            self.model.curve[1] = c1 + LEARN * (steady / len(tokens) - c1)
+            self.model.curve[1] = learned_cost(self.model.curve[1], steady / len(tokens))
         return Proposal(tokens, np.stack(rows) if rows else None, self.name, steady,
                         model_tokens=len(tokens), model_read=max(behind, 1))
 
