@@ -227,3 +227,23 @@ def test_one_slow_draft_cannot_poison_the_remembered_draft_cost():
     for _ in range(20):
         c = learned_cost(c, usual)
     assert c < usual * 1.1
+
+
+def test_message_contents_are_found_in_the_rendered_chat():
+    """Where each message's content lies in a rendered chat, from the same
+    template rendered with marks: as given, trimmed, or (a reasoning
+    model's past answer) what follows its "</think>"; None where the
+    template rewrote a content some other way."""
+    from spec_cli.llama.backend import _MARK, content_spans
+
+    def render(contents, rewrite=lambda c: c.strip()):
+        return "".join(f"<|user|>{rewrite(c)}<|end|>" for c in contents)
+
+    contents = ["  hi <|end|> there ", "<think>plan</think>\n\nThe answer."]
+    marks = [_MARK.format(i) for i in range(len(contents))]
+    r1 = lambda c: c.rsplit("</think>", 1)[-1].strip()  # noqa: E731  (DeepSeek-R1's template)
+    for rewrite in (lambda c: c.strip(), r1):
+        rendered, marked = render(contents, rewrite), render(marks, rewrite)
+        spans = content_spans(rendered, marked, contents)
+        assert [rendered[a:b] for a, b in spans] == [rewrite(c) for c in contents]
+    assert content_spans(render(contents, str.upper), render(marks, str.upper), contents) is None

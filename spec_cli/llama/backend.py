@@ -598,7 +598,8 @@ def content_spans(rendered: str, marked: str, contents: list[str]) -> list[tuple
     """Where the messages' contents lie in `rendered`, as (start, end)
     spans in order: `marked` is the same template rendered with mark i in
     place of content i, so what lies between marks is the template's own
-    text.  A content may appear as given or trimmed.  None if `rendered`
+    text.  A content may appear as given or trimmed, or as what follows its
+    last "</think>" (a reasoning model's past answers).  None if `rendered`
     does not follow `marked` so (a template that inspects or rewrites
     contents)."""
     parts = _MARKS.split(marked)  # [text, index, text, index, ..., text]
@@ -611,7 +612,12 @@ def content_spans(rendered: str, marked: str, contents: list[str]) -> list[tuple
         if i >= len(contents):
             return None
         c = contents[i]
-        for text in dict.fromkeys((c, c.strip(), c.lstrip(), c.rstrip())):
+        # as given or trimmed; reasoning models' templates (DeepSeek-R1, Qwen3) keep only what
+        # follows a past answer's "</think>"
+        forms = [c]
+        for part in dict.fromkeys((c, c.rsplit("</think>", 1)[-1])):
+            forms += [part, part.strip(), part.lstrip(), part.rstrip()]
+        for text in dict.fromkeys(forms):
             if rendered.startswith(text, pos) and rendered.startswith(after, pos + len(text)):
                 break
         else:
