@@ -87,7 +87,7 @@ def serve(
             url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
             render.note(f"serving {name}" + (f", drafting with {pair.draft_name}" if pair.draft else "")
                         + f", proposer {proposer}\n  OpenAI API: {url}/v1   llama.vim / llama.vscode: {url}/infill"
-                        + "\n  Ctrl-C stops")
+                        + _editor_seq_line(pair, editor_seq) + "\n  Ctrl-C stops")
         server.run()
         if not quiet:
             render.note("stopped")
@@ -112,6 +112,15 @@ def _server(config, worker):
                 self.should_exit = True
 
     return Server(config)
+
+
+def _editor_seq_line(pair, editor_seq: bool) -> str:
+    """What the editors' own KV sequence costs, for the start-up lines."""
+    if not editor_seq:
+        return "\n  editors share the KV cache with chats (--no-editor-seq): they wait for a running one"
+    sizes = [m.kv_bytes for m in (pair.target, pair.draft) if m is not None]
+    extra = f" (+{sum(sizes) / 2**20:,.0f} MiB of KV cache)" if sizes and None not in sizes else ""
+    return f"\n  editors are served between a chat's steps, in a KV sequence of their own{extra}; --no-editor-seq saves it"
 
 
 def _log_to_stderr(quiet: bool) -> None:

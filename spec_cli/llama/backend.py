@@ -326,6 +326,18 @@ class Model:
         }
 
     @property
+    def kv_bytes(self) -> int | None:
+        """About what one sequence's KV cache of n_ctx tokens takes (None for
+        a model with recurrent layers, whose memory is laid out otherwise)."""
+        if self.recurrent:
+            return None
+        n_head = max(int(llama_cpp.llama_model_n_head(self._model)), 1)
+        head_dim = int(llama_cpp.llama_model_n_embd(self._model)) // n_head
+        per = 34 / 32 if self.deterministic else 2.0  # Q8_0 or F16 bytes per value
+        return int(int(llama_cpp.llama_model_n_layer(self._model)) * self.n_ctx * 2
+                   * int(llama_cpp.llama_model_n_head_kv(self._model)) * head_dim * per)
+
+    @property
     def n_params(self) -> int:
         return int(llama_cpp.llama_model_n_params(self._model))
 
