@@ -120,7 +120,8 @@ def _editor_seq_line(pair, editor_seq: bool) -> str:
         return "\n  editors share the KV cache with chats (--no-editor-seq): they wait for a running one"
     sizes = [m.kv_bytes for m in (pair.target, pair.draft) if m is not None]
     extra = f" (+{sum(sizes) / 2**20:,.0f} MiB of KV cache)" if sizes and None not in sizes else ""
-    return f"\n  editors are served between a chat's steps, in a KV sequence of their own{extra}; --no-editor-seq saves it"
+    return (f"\n  editors are served between a chat's steps, in a KV sequence of their own{extra}; "
+            "--no-editor-seq saves it")
 
 
 def _log_to_stderr(quiet: bool) -> None:
