@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from .api import ApiError
+
 log = logging.getLogger("spec_cli.serve")
 
 READ_S = 10.0  # seconds a connection has to send a request head (and between pieces of a body: app.py)
@@ -111,7 +113,7 @@ class Access:
 
 async def _refuse(send, status: int, message: str, *, kind: str = "invalid_request_error",
                   extra: list[tuple[bytes, bytes]] = ()) -> None:
-    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
+    body = json.dumps(ApiError(status, message, kind=kind).body()).encode()
     await _send(send, status, body, [(b"content-type", b"application/json"), *extra])
 
 

@@ -32,6 +32,16 @@ class ApiError(Exception):
                           "code": self.status}}
 
 
+def internal(exc: BaseException) -> ApiError:
+    """A bug's 500: its kind, never its input (the log has the traceback)."""
+    return ApiError(500, f"internal error ({type(exc).__name__}); the server log has the details",
+                    kind="server_error")
+
+
+def shutting_down() -> ApiError:
+    return ApiError(503, "the server is shutting down", kind="unavailable_error")
+
+
 def bad(param: str, message: str) -> ApiError:
     return ApiError(400, f"'{param}' {message}", param=param)
 
@@ -51,11 +61,9 @@ class Request:
     response_fields: list[str] | None = None
     # sampling and length
     max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = DEFAULT_TOP_P   # llama-server's defaults
-    top_k: int = DEFAULT_TOP_K
-    min_p: float = DEFAULT_MIN_P
-    sampling: SamplingConfig = SamplingConfig()  # the four above, checked
+    # temperature, top_k, top_p, min_p, checked; a field a request leaves out is llama-server's default
+    sampling: SamplingConfig = SamplingConfig(temperature=1.0, top_k=DEFAULT_TOP_K, top_p=DEFAULT_TOP_P,
+                                              min_p=DEFAULT_MIN_P)
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stream: bool = False
@@ -122,13 +130,12 @@ def _stops(body: dict) -> tuple[str, ...]:
 def _sampling(body: dict, req: Request, *, temperature: float) -> None:
     if _number(body, "n", 1, integer=True) != 1:
         raise bad("n", "must be 1: one choice per request")
-    req.temperature = _number(body, "temperature", temperature, lo=0.0, hi=100.0)
-    req.top_p = _number(body, "top_p", DEFAULT_TOP_P, lo=0.0, hi=1.0)
-    req.top_k = _number(body, "top_k", DEFAULT_TOP_K, lo=0, integer=True)
-    req.min_p = _number(body, "min_p", DEFAULT_MIN_P, lo=0.0, hi=1.0)
     try:  # the rules the generation applies, checked here so the error names its field
-        req.sampling = SamplingConfig(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
-                                      min_p=req.min_p)
+        req.sampling = SamplingConfig(
+            temperature=_number(body, "temperature", temperature, lo=0.0, hi=100.0),
+            top_k=_number(body, "top_k", DEFAULT_TOP_K, lo=0, integer=True),
+            top_p=_number(body, "top_p", DEFAULT_TOP_P, lo=0.0, hi=1.0),
+            min_p=_number(body, "min_p", DEFAULT_MIN_P, lo=0.0, hi=1.0))
     except ValueError as e:
         name, _, rest = str(e).partition(" ")
         raise bad(name, rest) from None

@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 from .access import READ_S
-from .api import ApiError, Reply, Request, parse_chat, parse_completion, parse_infill
+from .api import ApiError, Reply, Request, internal, parse_chat, parse_completion, parse_infill
 from .worker import Job, Worker
 
 MAX_BODY = 8 << 20  # bytes; llama.vim's extra context is ~100 kB
@@ -150,8 +150,7 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
     async def internal_error(request: HttpRequest, exc: Exception) -> Response:
         # a bug: the log has the traceback, the client the error's kind (never its input)
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return JSONResponse(ApiError(500, f"internal error ({type(exc).__name__}); the server log has the details",
-                                     kind="server_error").body(), status_code=500)
+        return JSONResponse(internal(exc).body(), status_code=500)
 
     async def http_error(request: HttpRequest, exc: HTTPException) -> Response:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"

@@ -33,7 +33,7 @@ from ..run.engine import GenConfig
 from ..run.runner import Pair
 from ..run.session import Session
 from ..run.suffix import Store
-from .api import ApiError, Reply, Request
+from .api import ApiError, Reply, Request, internal, shutting_down
 
 log = logging.getLogger("spec_cli.serve")
 
@@ -99,7 +99,7 @@ class Worker:
 
     def _check_room(self) -> None:
         if self._closed:
-            raise ApiError(503, "the server is shutting down", kind="unavailable_error")
+            raise shutting_down()
         if self.waiting >= self.cfg.queue + (self.running is None):  # the idle models take one
             retry = max(1, math.ceil(self._seconds * (self.waiting + 1)))
             raise ApiError(503, f"the server is busy: {self.waiting} requests are waiting "
@@ -130,8 +130,7 @@ class Worker:
             self._closed = True
             for queue in (self._editors, self._others):
                 while queue:
-                    queue.popleft().emit("error", ApiError(503, "the server is shutting down",
-                                                           kind="unavailable_error"))
+                    queue.popleft().emit("error", shutting_down())
             for job in (self.running, self.nested):
                 if job is not None:
                     job.cancel.set()
@@ -166,8 +165,7 @@ class Worker:
             job.emit("error", ApiError(400, e.message + (f" {e.hint}" if e.hint else "")))
         except Exception as e:  # a bug: say so, keep serving
             log.exception("request failed")
-            job.emit("error", ApiError(500, f"internal error ({type(e).__name__}); the server log has "
-                                            "the details", kind="server_error"))
+            job.emit("error", internal(e))
         finally:
             self.pair.use(0)
             self._seconds += 0.2 * (time.perf_counter() - t0 - self._seconds)
