@@ -111,7 +111,8 @@ class Model:
         # Qwen3.5, Granite 4.0-H, LFM2): a rewind cannot cut it, see truncate
         self.recurrent = bool(llama_cpp.llama_model_is_recurrent(self._model)
                               or llama_cpp.llama_model_is_hybrid(self._model))
-        self._ckpt: dict[int, tuple[int, bytes]] = {}  # seq -> (position, the recurrent state there)
+        # seq -> (position, a buffer holding the recurrent state there, its bytes used)
+        self._ckpt: dict[int, tuple[int, ctypes.Array, int]] = {}
         self.replays = 0    # rewinds done by going back to a checkpoint and reading tokens again
         self.rollbacks = 0  # rewinds of a recurrent state done by llama.cpp's own snapshots
 
@@ -445,8 +446,8 @@ class Model:
         if not self.recurrent:
             raise SpecError(f"llama.cpp could not rewind {self.path.name} to position {n}")
         self.replays += 1
-        if ckpt is not None and self._restore(ckpt[1]) and llama_cpp.llama_memory_seq_rm(self._mem, self.seq,
-                                                                                          ckpt[0], -1):
+        if ckpt is not None and self._restore(ckpt[1], ckpt[2]) \
+                and llama_cpp.llama_memory_seq_rm(self._mem, self.seq, ckpt[0], -1):
             again = self.tokens[ckpt[0]:n]
             del self.tokens[ckpt[0]:]
         else:
@@ -461,17 +462,15 @@ class Model:
         part: a hybrid's attention KV is cut as any other)."""
         flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, self.seq, flags)
-        buf = (ctypes.c_uint8 * size)()
+        old = self._ckpt.pop(self.seq, None)
+        buf = old[1] if old is not None and len(old[1]) == size else (ctypes.c_uint8 * size)()  # reused
         got = llama_cpp.llama_state_seq_get_data_ext(self._ctx, buf, size, self.seq, flags)
         if got:
-            self._ckpt[self.seq] = (pos, bytes(buf)[:got])
-        else:
-            self._ckpt.pop(self.seq, None)
+            self._ckpt[self.seq] = (pos, buf, got)
 
-    def _restore(self, state: bytes) -> bool:
+    def _restore(self, buf, size: int) -> bool:
         flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        return llama_cpp.llama_state_seq_set_data_ext(self._ctx, buf, len(state), self.seq, flags) > 0
+        return llama_cpp.llama_state_seq_set_data_ext(self._ctx, buf, size, self.seq, flags) > 0
 
     def reset(self) -> None:
         """Empty this sequence's KV cache (the others keep theirs)."""
@@ -626,9 +625,8 @@ def content_spans(rendered: str, marked: str, contents: list[str]) -> list[tuple
         c = contents[i]
         # as given or trimmed; reasoning models' templates (DeepSeek-R1, Qwen3) keep only what
         # follows a past answer's "</think>"
-        forms = [c]
-        for part in dict.fromkeys((c, c.rsplit("</think>", 1)[-1])):
-            forms += [part, part.strip(), part.lstrip(), part.rstrip()]
+        forms = [form for part in (c, c.rsplit("</think>", 1)[-1])
+                 for form in (part, part.strip(), part.lstrip(), part.rstrip())]
         for text in dict.fromkeys(forms):
             if rendered.startswith(text, pos) and rendered.startswith(after, pos + len(text)):
                 break

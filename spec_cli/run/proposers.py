@@ -66,6 +66,8 @@ def learned_cost(known: float, measured: float) -> float:
     still get there, a factor of 1.6 a draft."""
     measured = min(max(measured, known / OUTLIER), known * OUTLIER)
     return known + LEARN * (measured - known)
+
+
 KeepGoing = Callable[[list[float]], bool]
 
 

@@ -80,7 +80,7 @@ class Session:
                     if cut is not None:
                         text, self.finish, self.stop_type = text[:cut], "stop", "limit"
                         # the tokens whose text was cut away are not the output's
-                        kept = sum(1 for i, end in enumerate(ends) if (ends[i - 1] if i else 0) < cut)
+                        kept = sum(start < cut for start in [0, *ends[:-1]])
                         stats.tokens -= len(self.tokens) - kept
                         del self.tokens[kept:]
                     upto = self.stops.hold(text) if self.finish is None else len(text)
