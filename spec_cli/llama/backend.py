@@ -56,6 +56,10 @@ class LoadConfig:
     # n_rs_seq; only some architectures can), so a rewind of up to this many
     # tokens needs no checkpoint: a verify batch of draft_max + 1 tokens
     rs_snapshots: int = 16
+    # load the file's multi-token-prediction (NextN) layers too and keep the
+    # target's hidden state at every position, for MTPHead (a file without
+    # such layers loads as usual)
+    mtp: bool = False
 
 
 # -- logging: llama.cpp talks a lot on stderr; keep errors only -------------
@@ -91,6 +95,7 @@ class Model:
         check_gguf(self.path)
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = cfg.gpu_layers if cfg.gpu_layers >= 0 else 1_000_000
+        mparams.load_mtp = cfg.mtp
         self.note = None  # a line for the user about how the model was loaded
         if cfg.extra_bufts is None:
             from .cpucheck import verdict
@@ -150,6 +155,15 @@ class Model:
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)  # llama.cpp may lower what was asked
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self.mtp_layers = int(llama_cpp.llama_model_n_layer_nextn(self._model))
+        self.n_embd = int(llama_cpp.llama_model_n_embd(self._model))
+        # seq -> the hidden state (before the LM head) at each position, for MTPHead
+        self._hidden: dict[int, np.ndarray] | None = None
+        if cfg.mtp and self.mtp_layers:
+            from llama_cpp import llama_cpp_ext
+            llama_cpp_ext.llama_set_embeddings_nextn(self._ctx, True, False)  # every row, not only logits'
+            self._hidden = {}
+        self._mtp_head: "MTPHead | None" = None
         self._piece = ctypes.create_string_buffer(256)
         self._seqs: list[list[int]] = [[] for _ in range(cfg.n_seq)]
         self.seq = 0
@@ -162,6 +176,9 @@ class Model:
 
     # -- lifecycle ---------------------------------------------------------
     def close(self) -> None:
+        if getattr(self, "_mtp_head", None) is not None:
+            self._mtp_head.close()
+            self._mtp_head = None
         if getattr(self, "_ctx", None):
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
@@ -322,7 +339,7 @@ class Model:
                        else "recurrent" if llama_cpp.llama_model_is_recurrent(self._model) else "KV cache"),
             "recurrent_rollback": (("snapshots" if self.n_rs else "checkpoint and read again")
                                    if self.recurrent else None),
-            # multi-token-prediction (NextN) layers in the file: drafting with them is not built yet
+            # multi-token-prediction (NextN) layers in the file: --proposer mtp drafts with them
             "mtp_layers": int(llama_cpp.llama_model_n_layer_nextn(self._model)),
         }
 
@@ -410,11 +427,42 @@ class Model:
             raise SpecError(f"llama_decode failed with code {rc} for {self.path.name}",
                             hint="The context may be full; try a larger --ctx.")
         self.tokens.extend(chunk)
+        if self._hidden is not None:
+            self._keep_hidden(pos0, m)
         if first is None:
             return None
         n_rows = m - first
         rows = np.ctypeslib.as_array(ptr, shape=(n_rows * self.n_vocab,)).reshape(n_rows, self.n_vocab)
         return rows.copy() if copy else rows
+
+    def _keep_hidden(self, pos0: int, m: int) -> None:
+        from llama_cpp import llama_cpp_ext
+
+        tape = self._hidden.get(self.seq)
+        if tape is None:
+            tape = self._hidden[self.seq] = np.zeros((self.n_ctx, self.n_embd), np.float32)
+        ptr = llama_cpp_ext.llama_get_embeddings_nextn(self._ctx)
+        tape[pos0:pos0 + m] = np.ctypeslib.as_array(ptr, shape=(m, self.n_embd))
+
+    def hidden(self, start: int, end: int) -> np.ndarray:
+        """The hidden states (what the LM head reads) at positions
+        start..end-1 of the sequence in use, kept where the model was loaded
+        with LoadConfig.mtp; a view, valid until the next decode there."""
+        if self._hidden is None:
+            raise ValueError("hidden states are kept only for a model loaded with LoadConfig(mtp=True)")
+        assert 0 <= start <= end <= len(self.tokens)
+        return self._hidden[self.seq][start:end]
+
+    def mtp_head(self) -> "MTPHead":
+        """The file's multi-token-prediction block, in a context of its own
+        (made once)."""
+        if self._mtp_head is None:
+            if self._hidden is None:
+                raise SpecError(f"{self.path.name} has no multi-token-prediction layers"
+                                if not self.mtp_layers else
+                                f"{self.path.name} was loaded without its multi-token-prediction layers")
+            self._mtp_head = MTPHead(self)
+        return self._mtp_head
 
     def fingerprint(self) -> str:
         """Identifies this file, build, placement and numerics, for caching
@@ -497,6 +545,107 @@ class Model:
             if logits_last:
                 return rows[0]
         return len(tokens) - keep
+
+
+class MTPHead:
+    """A target's own multi-token-prediction (NextN) block, as Qwen3.5/3.6,
+    GLM-4.5 and DeepSeek-V3 ship it: llama.cpp runs it in a context of its
+    own (LLAMA_CONTEXT_TYPE_MTP) on the target's weights, with a KV cache of
+    its own.  Its entry at position p reads token p beside a hidden state:
+    the target's at p-1, where the target has read that far, else the
+    block's own output at p-1 (a chain of draft tokens).  From there it
+    predicts token p+1.  `tokens` tracks what each entry read, per
+    sequence, as Model.tokens does.  Only the first block of a model with
+    several drafts here (llama.cpp chains them only for Step-3.5)."""
+
+    def __init__(self, target: Model):
+        from llama_cpp import llama_cpp_ext
+
+        self.target, self._ext = target, llama_cpp_ext
+        cfg = target._cfg
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = cfg.n_ctx * cfg.n_seq
+        if cfg.n_seq > 1:
+            cparams.n_seq_max = cfg.n_seq
+            cparams.kv_unified = False
+        cparams.n_batch = cparams.n_ubatch = target.n_batch
+        cparams.n_threads = cparams.n_threads_batch = target.n_threads
+        cparams.no_perf = True
+        cparams.n_rs_seq = 0
+        cparams.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
+        cparams.ctx_other = target._ctx
+        if cfg.deterministic:
+            cparams.flash_attn_type = 1
+            cparams.type_k = cparams.type_v = _Q8_0
+        self._ctx = llama_cpp.llama_init_from_model(target._model, cparams)
+        if not self._ctx:
+            raise SpecError(f"llama.cpp could not make a context for {target.path.name}'s "
+                            "multi-token-prediction layers", hint="Try a smaller --ctx.")
+        llama_cpp_ext.llama_set_embeddings_nextn(self._ctx, True, True)  # its output hidden, for a chain
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self.n_batch, self.n_embd, self.n_vocab = target.n_batch, target.n_embd, target.n_vocab
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, self.n_embd, 1)
+        self._ids = (llama_cpp.llama_token * self.n_batch)()
+        self._batch.token = self._ids  # tokens and hidden states together
+        self._embd = np.ctypeslib.as_array(self._batch.embd, shape=(self.n_batch, self.n_embd))
+        self._seqs: dict[int, list[int]] = {}
+        self.per_token_s: float | None = None  # what a draft token costs (run.proposers.MTPDraft)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self._seqs.setdefault(self.target.seq, [])
+
+    def read(self, tokens: Sequence[int], hidden: np.ndarray, *, logits: bool) -> np.ndarray | None:
+        """Append entries for `tokens`, each beside its row of `hidden`
+        (the state at the position before it).  With `logits`, returns the
+        last entry's prediction of the next token (a view of llama.cpp's
+        buffer, valid until the next read)."""
+        n, seq = len(tokens), self.target.seq
+        pos0 = len(self.tokens)
+        llama_cpp.llama_memory_seq_rm(self._mem, seq, pos0, -1)
+        b = self._batch
+        for start in range(0, n, self.n_batch):
+            m = min(self.n_batch, n - start)
+            last = logits and start + m == n
+            for i in range(m):
+                self._ids[i] = tokens[start + i]
+                b.pos[i] = pos0 + start + i
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = seq
+                b.logits[i] = last and i == m - 1
+            self._embd[:m] = hidden[start:start + m]
+            b.n_tokens = m
+            global _decode_s
+            t0 = time.perf_counter()
+            rc = llama_cpp.llama_decode(self._ctx, b)
+            if last:
+                ptr = llama_cpp.llama_get_logits_ith(self._ctx, m - 1)
+            _decode_s += time.perf_counter() - t0
+            if rc != 0:
+                raise SpecError(f"llama_decode failed with code {rc} for the multi-token-prediction "
+                                f"layers of {self.target.path.name}")
+            self.tokens.extend(tokens[start:start + m])
+        if not logits:
+            return None
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def out_hidden(self) -> np.ndarray:
+        """The block's own hidden state at the last entry read with logits
+        (a copy), to read the next draft token beside."""
+        ptr = self._ext.llama_get_embeddings_nextn_ith(self._ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()
+
+    def truncate(self, n: int) -> None:
+        if n < len(self.tokens):
+            llama_cpp.llama_memory_seq_rm(self._mem, self.target.seq, n, -1)
+            del self.tokens[n:]
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            self._batch.token = ctypes.POINTER(llama_cpp.llama_token)()  # ours: not llama.cpp's to free
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
 
 
 _decode_s = 0.0  # seconds spent in llama_decode (and waiting for its logits), all models together

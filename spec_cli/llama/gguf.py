@@ -1,5 +1,7 @@
 """Just enough of the GGUF header to compare two files' vocabularies
-without loading either: the raw bytes of `tokenizer.ggml.tokens`.
+without loading either: the raw bytes of `tokenizer.ggml.tokens`; and
+whether a file has multi-token-prediction layers (`mtp_layers`), which
+decides how it is loaded.
 
 Two files whose token arrays are byte for byte the same have the same text
 for every token id, which is the expensive part of a pair check
@@ -81,3 +83,23 @@ def token_digest(path: str | Path) -> tuple[int, str] | None:
     except (OSError, ValueError, struct.error):
         return None
     return None
+
+
+def mtp_layers(path: str | Path) -> int:
+    """The file's `<arch>.nextn_predict_layers` (multi-token-prediction
+    blocks), 0 where it has none or cannot be read."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            r = _Reader(buf)
+            if buf[:4] != b"GGUF" or struct.unpack_from("<I", buf, 4)[0] not in (2, 3):
+                return 0
+            r.pos = 8
+            r.u64()  # tensors
+            for _ in range(r.u64()):
+                key, kind = r.string(), r.u32()
+                if key.endswith(b".nextn_predict_layers") and kind in (4, 5):  # uint32, int32
+                    return max(struct.unpack_from("<i" if kind == 5 else "<I", buf, r.pos)[0], 0)
+                r.skip(kind)
+    except (OSError, ValueError, struct.error):
+        return 0
+    return 0
