@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 RECIPE = 2  # bump when what _make writes changes
+QWEN35_RECIPE = 1  # and this when what make_qwen35_mtp writes changes
 
 
 def _cache_dir() -> Path:
@@ -159,6 +160,115 @@ def _make(arch: str, tokenizer_gguf: Path, *, seed: int, attention: tuple[int, .
             writer.add_tensor(p + "ffn_gate.weight", rand(n_ff, n_embd))
             writer.add_tensor(p + "ffn_up.weight", rand(n_ff, n_embd))
             writer.add_tensor(p + "ffn_down.weight", rand(n_embd, n_ff))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    os.replace(tmp, path)
+    return path
+
+
+def make_qwen35_mtp(tokenizer_gguf: Path, *, seed: int = 0, n_embd: int = 128, residual: float = 0.05) -> Path:
+    """A hybrid Qwen3.5 GGUF with random weights and one multi-token-prediction
+    (NextN) block, as Qwen3.5/3.6 ship: gated-delta-net layers 0-2, a
+    full-attention layer 3, and block 4 the MTP head (a full-attention block
+    that reads the next token's embedding beside the trunk's hidden state).
+
+    Random MTP weights would never guess the target's next token, and then
+    a test could not tell a block fed the right inputs from one fed the
+    wrong ones.  So the block is made to agree with the trunk, mostly: its
+    layers add `residual` times their random output to the embedding (the
+    model is then close to a function of the last token), and the MTP block
+    passes the token's embedding straight to the shared output head, which
+    is that function exactly.  A block that reads the right token at the
+    right position is then accepted often but not always; one off by a
+    position almost never."""
+    key = hashlib.sha256(f"{QWEN35_RECIPE}|qwen35|{n_embd}|{seed}|{residual}|{tokenizer_gguf.name}".encode())
+    path = _cache_dir() / f"qwen35-mtp-tiny-{key.hexdigest()[:12]}.gguf"
+    if path.exists():
+        return path
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    n_trunk, n_head, n_head_kv, head = 4, 4, 2, 32
+    d_state, n_group, dt_rank, d_conv = 32, 2, 4, 4  # linear attention: key/value heads of d_state
+    key_dim, value_dim = d_state * n_group, d_state * dt_rank
+    n_ff = 2 * n_embd
+    tmp = path.with_suffix(".part")
+    writer = gguf.GGUFWriter(str(tmp), "qwen35")
+    writer.add_name("qwen35-mtp-tiny (random weights)")
+    n_vocab = _copy_tokenizer(writer, tokenizer_gguf)
+    writer.add_context_length(4096)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_trunk + 1)
+    writer.add_uint32("qwen35.nextn_predict_layers", 1)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_key_length(head)
+    writer.add_value_length(head)
+    writer.add_rope_dimension_count(head)
+    writer.add_array("qwen35.rope.dimension_sections", [6, 5, 5, 0])
+    writer.add_rope_freq_base(10000000.0)
+    writer.add_uint32("qwen35.full_attention_interval", 4)
+    writer.add_ssm_conv_kernel(d_conv)
+    writer.add_ssm_inner_size(value_dim)
+    writer.add_ssm_state_size(d_state)
+    writer.add_ssm_time_step_rank(dt_rank)
+    writer.add_ssm_group_count(n_group)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_file_type(0)  # all F32
+
+    def rand(*shape, scale=None):
+        scale = scale if scale is not None else 1.0 / np.sqrt(shape[-1])
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    ones = lambda n: np.ones(n, np.float32)  # noqa: E731
+    writer.add_tensor("token_embd.weight", rand(n_vocab, n_embd, scale=1.0))
+    writer.add_tensor("output_norm.weight", ones(n_embd))
+    writer.add_tensor("output.weight", rand(n_vocab, n_embd, scale=3.0 / np.sqrt(n_embd)))
+
+    def attention(p):
+        writer.add_tensor(p + "attn_q.weight", rand(2 * n_head * head, n_embd))  # query and gate
+        writer.add_tensor(p + "attn_k.weight", rand(n_head_kv * head, n_embd))
+        writer.add_tensor(p + "attn_v.weight", rand(n_head_kv * head, n_embd))
+        writer.add_tensor(p + "attn_output.weight", rand(n_embd, n_head * head) * scale)
+        writer.add_tensor(p + "attn_q_norm.weight", ones(head))
+        writer.add_tensor(p + "attn_k_norm.weight", ones(head))
+
+    def ffn(p):
+        writer.add_tensor(p + "post_attention_norm.weight", ones(n_embd))
+        writer.add_tensor(p + "ffn_gate.weight", rand(n_ff, n_embd))
+        writer.add_tensor(p + "ffn_up.weight", rand(n_ff, n_embd))
+        writer.add_tensor(p + "ffn_down.weight", rand(n_embd, n_ff) * scale)
+
+    scale = residual
+    for i in range(n_trunk):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", ones(n_embd))
+        if (i + 1) % 4 == 0:
+            attention(p)
+        else:
+            writer.add_tensor(p + "attn_qkv.weight", rand(2 * key_dim + value_dim, n_embd))
+            writer.add_tensor(p + "attn_gate.weight", rand(value_dim, n_embd))
+            writer.add_tensor(p + "ssm_conv1d.weight", rand(2 * key_dim + value_dim, d_conv))
+            writer.add_tensor(p + "ssm_dt.bias", rand(dt_rank, scale=0.1))
+            writer.add_tensor(p + "ssm_a", -np.exp(rand(dt_rank, scale=0.5)))  # -exp(A_log)
+            writer.add_tensor(p + "ssm_beta.weight", rand(dt_rank, n_embd))
+            writer.add_tensor(p + "ssm_alpha.weight", rand(dt_rank, n_embd))
+            writer.add_tensor(p + "ssm_norm.weight", ones(d_state))
+            writer.add_tensor(p + "ssm_out.weight", rand(n_embd, value_dim) * scale)
+        ffn(p)
+    scale = 0.0  # the MTP block: the token's embedding, normed, to the output head
+    p = f"blk.{n_trunk}."
+    writer.add_tensor(p + "attn_norm.weight", ones(n_embd))
+    attention(p)
+    ffn(p)
+    writer.add_tensor(p + "nextn.eh_proj.weight", np.hstack([np.eye(n_embd), np.zeros((n_embd, n_embd))])
+                      .astype(np.float32))  # [embedding; hidden] -> embedding
+    writer.add_tensor(p + "nextn.enorm.weight", ones(n_embd))
+    writer.add_tensor(p + "nextn.hnorm.weight", ones(n_embd))
+    writer.add_tensor(p + "nextn.shared_head_norm.weight", ones(n_embd))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -45,6 +45,10 @@ def test_every_suggested_draft_shares_the_family():
     for e in reg.entries.values():
         if e.draft:
             assert reg.lookup(e.draft).family == e.family, e.name
+    # a model that drafts with its own MTP layers needs no draft model
+    mtp = [e for e in reg.entries.values() if e.mtp]
+    assert mtp and all(e.draft is None for e in mtp)
+    assert reg.lookup("qwen3.6-27b").mtp and not reg.lookup("qwen3-8b").mtp
 
 
 def test_overlay_adds_and_overrides(tmp_path):
@@ -74,6 +78,8 @@ def test_overlay_location_follows_xdg_and_env(monkeypatch, tmp_path):
     ('\n[models.x]\nrepo = "a"\nfile = "b"\nparams = "1B"\n', "missing 'family'", 2),
     ('[models.x]\nrepo = "a"\nfile = "b"\nfamily = "f"\nparams = "1B"\ndraft = "nope"\n', "not in the registry", None),
     ('[modles.x]\nrepo = "a"\n', "unknown top-level key", 1),
+    ('[models.x]\nrepo = "a"\nfile = "b"\nfamily = "f"\nparams = "1B"\nmtp = "yes"\n', "mtp must be true or false",
+     None),
 ])
 def test_broken_file_names_file_and_line(tmp_path, text, needle, line):
     p = write(tmp_path, text)

@@ -19,7 +19,8 @@ def bench(
                                                 "prompt); repeatable. Default: spec-cli's own small set.")] = [],
     target: Target = DEFAULT_TARGET, draft: Draft = None,
     proposer: Annotated[List[str], typer.Option(
-        "--proposer", help="Proposer to compare with the target alone; repeatable: hybrid, draft, ngram, "
+        "--proposer", help="Proposer to compare with the target alone; repeatable: hybrid, draft, mtp (the "
+                           "target's own multi-token-prediction layers), ngram, "
                            "oracle (drafts what the target alone wrote: the ceiling), or ngram-oracle (the "
                            "lookup's drafts cut to what the target alone wrote: the lookup with perfect "
                            "timing). NAME@K drafts K tokens every step (no cost model).")] = ["hybrid"],
@@ -70,7 +71,8 @@ def bench(
     if not variants:
         raise SpecError("nothing to compare: give a --proposer other than none")
     needs_draft = any(v.proposer in ("hybrid", "draft") for v in variants)
-    pair = load(PairConfig(target, draft, "hybrid" if needs_draft else "ngram", ctx, threads, gpu_layers,
+    base = "hybrid" if needs_draft else "mtp" if any(v.proposer == "mtp" for v in variants) else "ngram"
+    pair = load(PairConfig(target, draft, base, ctx, threads, gpu_layers,
                            draft_gpu_layers, deterministic=deterministic, draft_if_it_pays=False), quiet=as_json)
     runner = None
     try:

@@ -44,7 +44,7 @@ def chat(
     chat = _Chat(pair, base=[{"role": "system", "content": system}] if system else [], label=proposer,
                  target=target, quiet=quiet, total=Stats(), gen=gen)
     if not quiet:
-        render.note(f"chat with {target}" + (f", drafting with {pair.draft_name}" if pair.draft else "")
+        render.note(f"chat with {target}" + (f", drafting with {pair.drafter}" if pair.drafter else "")
                     + f", proposer {proposer}\n{CHAT_HELP}")
     try:
         while True:

@@ -26,8 +26,10 @@ DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 Target = Annotated[str, typer.Option("--target", "-t", help="Target model: name, name:QUANT or .gguf path.")]
 Draft = Annotated[Optional[str], typer.Option("--draft", "-d",
                                               help="Draft model (default: the target's suggested draft).")]
-ProposerName = Annotated[str, typer.Option("--proposer", help="hybrid (n-gram lookup, else the draft model) | "
-                                                              "draft | ngram | none (the target alone).")]
+ProposerName = Annotated[str, typer.Option("--proposer", help="hybrid (n-gram lookup, else the draft model, or "
+                                                              "the target's own MTP layers where its GGUF has them "
+                                                              "and no --draft is given) | draft | mtp | ngram | "
+                                                              "none (the target alone).")]
 Fixed = Annotated[bool, typer.Option("--fixed-draft",
                                      help="Always draft --draft-max tokens (no cost model; for comparisons).")]
 Temp = Annotated[float, typer.Option("--temp", min=0.0, help="Temperature; 0 is greedy.")]

@@ -24,7 +24,7 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="One JSON arr
     for e in reg.entries.values():
         path = local_path(e)
         rows.append({"name": e.name, "aliases": list(e.aliases), "family": e.family, "params": e.params,
-                     "draft": e.draft, "repo": e.repo, "file": e.file, "quants": sorted(e.quants),
+                     "draft": e.draft, "mtp": e.mtp, "repo": e.repo, "file": e.file, "quants": sorted(e.quants),
                      "mirror": e.mirror is not None, "note": e.description, "path": str(path) if path else None})
     if as_json:
         print(json.dumps(rows, indent=1))
@@ -34,8 +34,8 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="One JSON arr
         table.add_column(col, no_wrap=True)
     table.add_column("downloaded", overflow="fold")
     for r in rows:
-        table.add_row(r["name"], ", ".join(r["aliases"]), r["family"], r["params"], r["draft"] or "",
-                      r["path"] or "no")
+        table.add_row(r["name"], ", ".join(r["aliases"]), r["family"], r["params"],
+                      r["draft"] or ("its MTP layers" if r["mtp"] else ""), r["path"] or "no")
     console = Console()
     if not console.is_terminal:  # a pipe: no wrapping at 80 columns
         console = Console(width=250)

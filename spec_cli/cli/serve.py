@@ -85,7 +85,7 @@ def serve(
         server = _server(config, worker)
         if not quiet:
             url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
-            render.note(f"serving {name}" + (f", drafting with {pair.draft_name}" if pair.draft else "")
+            render.note(f"serving {name}" + (f", drafting with {pair.drafter}" if pair.drafter else "")
                         + f", proposer {proposer}\n  OpenAI API: {url}/v1   llama.vim / llama.vscode: {url}/infill"
                         + _editor_seq_line(pair, editor_seq) + "\n  Ctrl-C stops")
         server.run()

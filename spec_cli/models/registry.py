@@ -28,7 +28,7 @@ from .mirror import Mirror
 BUILTIN_REGISTRY = Path(__file__).resolve().parent.parent / "models.toml"
 
 _ENTRY_KEYS = {"repo", "file", "family", "params", "draft", "aliases", "quants",
-               "mirror", "description"}
+               "mirror", "description", "mtp"}
 _REQUIRED = ("repo", "file", "family", "params")
 _MIRROR_KEYS = {"package", "version", "member", "parts", "sha256", "size", "file"}
 
@@ -46,6 +46,7 @@ class ModelEntry:
     mirror: Mirror | None = None
     description: str = ""
     source: str = ""
+    mtp: bool = False  # the GGUF keeps multi-token-prediction layers: it drafts for itself
 
     def file_for(self, quant: str | None) -> str:
         if quant is None:
@@ -136,6 +137,8 @@ def _parse_file(path: Path) -> list[ModelEntry]:
         for k in ("repo", "file", "family", "params", "draft", "description"):
             if k in raw and not isinstance(raw[k], str):
                 raise SpecError(f"{where}: model {name!r}: {k} must be a string")
+        if not isinstance(raw.get("mtp", False), bool):
+            raise SpecError(f"{where}: model {name!r}: mtp must be true or false")
         aliases = raw.get("aliases", [])
         quants = raw.get("quants", {})
         if not (isinstance(aliases, list) and all(isinstance(a, str) for a in aliases)):
@@ -147,7 +150,7 @@ def _parse_file(path: Path) -> list[ModelEntry]:
             name=name, repo=raw["repo"], file=raw["file"], family=raw["family"],
             params=raw["params"], draft=raw.get("draft"), aliases=tuple(aliases),
             quants=dict(quants), mirror=mirror, description=raw.get("description", ""),
-            source=str(path)))
+            source=str(path), mtp=raw.get("mtp", False)))
     return out
 
 

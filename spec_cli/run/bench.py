@@ -51,7 +51,7 @@ DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "bench.jsonl
 # within NEAR_TIE: a divergence at a wider margin is not rounding.
 DELTA_MAX = 2.0
 NEAR_TIE = 1.0
-PROPOSERS = ("hybrid", "draft", "ngram", "oracle", "ngram-oracle")
+PROPOSERS = ("hybrid", "draft", "mtp", "ngram", "oracle", "ngram-oracle")
 
 
 @dataclass(frozen=True)
@@ -295,7 +295,7 @@ def report(pair, sets: list[dict], *, target: str, deterministic: bool, rules, c
     """The whole result: settings, mode, the probed curve (or the simulated
     clock's), the machine, the sets."""
     curve = (pair.target.curve or {}) if clock is None else clock.timings()
-    out = {"target": target, "draft": pair.draft_name, "mode": "deterministic" if deterministic else "default",
+    out = {"target": target, "draft": pair.draft_name, "mtp": pair.mtp, "mode": "deterministic" if deterministic else "default",
            "rules": list(dict.fromkeys(rules)), **settings, "verify_cap": pair.target.verify_cap,
            "near_tie": NEAR_TIE, "clock": "real" if clock is None else clock.name, "simulated": clock is not None,
            "batch_curve_ms": {n: round(s * 1e3, 2) for n, s in sorted(curve.items())},

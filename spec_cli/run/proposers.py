@@ -170,7 +170,7 @@ class DraftModel:
               keep_going: KeepGoing | None = None) -> Proposal:
         t0 = time.perf_counter()
         behind = self._behind  # this step's, from candidates()
-        logits = self.model.catch_up(context, logits_last=True, copy=False)
+        logits = self._start(context)
         t_sync = time.perf_counter() - t0
         pos = len(context) - self._prompt_len  # output position of the first draft token
         tokens: list[int] = []
@@ -195,15 +195,109 @@ class DraftModel:
                 chain.append(conf)
                 if conf < self.p_min or (keep_going is not None and not keep_going(chain)):
                     break
-            logits = self.model.decode([x], logits_from=0, copy=False)[0]
+            logits = self._then(x)
+        self._end()
         seconds = time.perf_counter() - t0
         # a step normally feeds the draft 1-2 new tokens; a longer catch-up
         # is charged as that much, not as the draft's usual cost
         steady = seconds if behind <= 2 else seconds - t_sync * (1 - 2 / behind)
-        if self.clock is None and self.model.curve:  # what the next run's prior per token will be
-            self.model.curve[1] = learned_cost(self.model.curve[1], steady / len(tokens))
+        if self.clock is None:
+            self._learn(steady / len(tokens))
         return Proposal(tokens, np.stack(rows) if rows else None, self.name, steady,
                         model_tokens=len(tokens), model_read=max(behind, 1))
+
+    # what the loop above asks of the model: the logits after `context`,
+    # then after each draft token; the KV cache keeps the drafts (the next
+    # call cuts it back to what it shares with the context)
+    def _start(self, context: Sequence[int]) -> np.ndarray:
+        return self.model.catch_up(context, logits_last=True, copy=False)
+
+    def _then(self, token: int) -> np.ndarray:
+        return self.model.decode([token], logits_from=0, copy=False)[0]
+
+    def _end(self) -> None:
+        pass
+
+    def _learn(self, per_token: float) -> None:
+        """What the next run's prior per token will be."""
+        if self.model.curve:
+            self.model.curve[1] = learned_cost(self.model.curve[1], per_token)
+
+
+class MTPDraft(DraftModel):
+    """The target's own multi-token-prediction block drafts (backend.MTPHead):
+    no second model.  Its first draft token reads the context's last token
+    beside the target's hidden state before it, which the target's last
+    batch left; each further one reads the previous draft token beside the
+    block's own output.  Its KV cache follows the context by prefix where
+    the target's states fed it, and drops the chain after each draft.
+    Sampling, seed, rule and the early stop are the draft model's.
+
+    Its cost per token is timed once (one read of one token) and then
+    learned from its drafts; catching up after steps it did not draft is a
+    batch of the tokens it missed."""
+
+    name = "mtp"
+
+    def __init__(self, target: Model, *, p_min: float = 0.0, sampling: SamplingConfig | None = None):
+        self.target = target
+        self.head = target.mtp_head()
+        super().__init__(target, p_min=p_min, sampling=sampling)
+
+    @property
+    def cost_prior(self) -> dict[str, float]:
+        if self.clock is not None:
+            return {self.name: self.clock.draft_per_token_s}
+        return {self.name: self.per_token()}
+
+    def per_token(self) -> float:
+        """Seconds the block takes to read one token and predict the next
+        (kept with the block, for every generation on this target)."""
+        head = self.head
+        if head.per_token_s is None:
+            h = np.zeros((1, head.n_embd), np.float32)
+            keep, best = len(head.tokens), float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                head.read([max(self.target.bos, 0)], h, logits=True)
+                best = min(best, time.perf_counter() - t0)
+                head.truncate(keep)
+            head.per_token_s = best
+        return head.per_token_s
+
+    def catch_up_s(self, tokens: int) -> float:
+        if tokens <= 2 or self.clock is not None:
+            return super().catch_up_s(tokens) if self.clock is not None else 0.0
+        return 0.25 * tokens * self.per_token()  # a batch reads a token for a fraction of one alone
+
+    def candidates(self, context: Sequence[int]) -> list[Candidate]:
+        self._behind = len(context) - common_prefix(self.head.tokens, context)
+        return [Candidate(self.name, self.target.n_ctx - len(context), self.catch_up_s(self._behind))]
+
+    def _start(self, context: Sequence[int]) -> np.ndarray:
+        head, target = self.head, self.target
+        fed = len(target.tokens)  # the target's states are known for these positions
+        assert fed < len(context) and (fed == 0 or target.tokens[-1] == context[fed - 1])
+        keep = min(common_prefix(head.tokens, context), fed)
+        head.truncate(keep)
+        # entries keep..fed read the context beside the target's state before each
+        hidden = target.hidden(max(keep - 1, 0), fed)
+        if keep == 0:  # the first token has no state before it
+            hidden = np.vstack([np.zeros((1, head.n_embd), np.float32), hidden])
+        logits = head.read(list(context[keep:fed + 1]), hidden, logits=True)
+        self._sure = fed + 1
+        for token in context[fed + 1:]:  # tokens the target has not read (a lookup draft to extend)
+            logits = self._then(token)
+        return logits
+
+    def _then(self, token: int) -> np.ndarray:
+        return self.head.read([token], self.head.out_hidden()[None, :], logits=True)
+
+    def _end(self) -> None:
+        self.head.truncate(self._sure)  # the chain read the block's own states, not the target's
+
+    def _learn(self, per_token: float) -> None:
+        self.head.per_token_s = learned_cost(self.per_token(), per_token)
 
 
 class Oracle:

@@ -12,11 +12,11 @@ from typing import Callable
 
 from ..llama.backend import LoadConfig, Model
 from ..errors import SpecError
-from .proposers import DraftModel, Hybrid, NoDraft, Proposer
+from .proposers import DraftModel, Hybrid, MTPDraft, NoDraft, Proposer
 from .suffix import Lookup
 from .config import PairConfig
 
-PROPOSERS = ("hybrid", "draft", "ngram", "none")
+PROPOSERS = ("hybrid", "draft", "mtp", "ngram", "none")
 NEEDS_DRAFT = ("hybrid", "draft")
 
 
@@ -30,6 +30,9 @@ class Pair:
     # False where remembered costs say the draft model can never pay here:
     # hybrid is then the lookup alone (load_pair leaves the draft out unless bench needs it)
     draft_pays: bool = True
+    # the target's own multi-token-prediction layers are loaded: "mtp" drafts
+    # with them, and "hybrid" where no draft model was given
+    mtp: bool = False
 
     def new_proposer(self, *, name: str | None = None, store=None, clock=None) -> Proposer:
         """A fresh proposer object: the configured one, or `name`.  With a
@@ -41,14 +44,28 @@ class Pair:
             raise SpecError(f"unknown proposer {name!r}", hint=f"Choose one of: {', '.join(PROPOSERS)}.")
         if name == "draft" and self.draft is None:
             raise SpecError(f"proposer {name} needs a draft model", hint="Pass --draft NAME|PATH.")
+        if name == "mtp" and not self.mtp:
+            raise _no_mtp(self.target.path.name, in_file=self.target.mtp_layers > 0)
         if name == "none":
             return NoDraft()
+        if self.mtp and (name == "mtp" or (name == "hybrid" and self.draft is None)):
+            mtp = MTPDraft(self.target, p_min=self.config.p_min)
+            mtp.clock = clock
+            return mtp if name == "mtp" else Hybrid(Lookup(store=store), mtp)
         if name == "ngram" or self.draft is None or (name == "hybrid" and not self.draft_pays):
             return Lookup(store=store)  # hybrid without a draft model that could pay
         assert self.draft is not None
         draft = DraftModel(self.draft, p_min=self.config.p_min)
         draft.clock = clock
         return Hybrid(Lookup(store=store), draft) if name == "hybrid" else draft
+
+    @property
+    def drafter(self) -> str | None:
+        """What drafts beside the lookup, for the user: the draft model's
+        name, or the target's own MTP layers."""
+        if self.mtp and (self.draft is None or self.config.proposer == "mtp"):
+            return "its own multi-token-prediction layers"
+        return self.draft_name
 
     def remember(self) -> None:
         """Keep what the steps taught about both models' costs for the next run."""
@@ -84,27 +101,47 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
     if cfg.proposer not in PROPOSERS:
         raise SpecError(f"unknown proposer {cfg.proposer!r}",
                         hint=f"Choose one of: {', '.join(PROPOSERS)}.")
+    from ..llama.gguf import mtp_layers, token_digest
+
     registry = load_registry()
-    draft_arg = cfg.draft
+    draft_arg, no_draft = cfg.draft, None
     if cfg.proposer in NEEDS_DRAFT and draft_arg is None:
-        draft_arg = _suggested_draft(cfg.target, registry)
+        try:
+            draft_arg = _suggested_draft(cfg.target, registry)
+        except SpecError as e:
+            no_draft = e  # unless the target drafts for itself
+            if cfg.proposer == "draft" or not _may_have_mtp(cfg.target, registry):
+                raise  # before anything is downloaded
     target_path = resolve(cfg.target, registry=registry,
                           progress=progress(cfg.target) if progress else None)
+    # the target's own multi-token-prediction layers draft where asked, and
+    # by default where no draft model is given (no second file to fetch)
+    n_mtp = mtp_layers(target_path) if cfg.proposer in ("mtp", "hybrid") else 0
+    if cfg.proposer == "mtp" and not n_mtp:
+        raise _no_mtp(target_path.name)
+    use_mtp = n_mtp > 0  # its layers are loaded (one block); bench may ask for "mtp" beside "hybrid"
+    if use_mtp and cfg.draft is None:
+        draft_arg = None  # the registry's draft is not needed
+    elif no_draft is not None:
+        raise no_draft
     draft_path = None
-    if cfg.proposer in NEEDS_DRAFT:
+    if draft_arg is not None and cfg.proposer in NEEDS_DRAFT:
         draft_path = resolve(draft_arg, registry=registry,
                              progress=progress(draft_arg) if progress else None)
     from ..llama import cpucheck, probe
-    from ..llama.gguf import token_digest
 
     verdict = cpucheck.verdict(min((p for p in (target_path, draft_path) if p is not None), key=_size))
     target_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.gpu_layers,
-                            deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts, n_seq=cfg.seqs)
+                            deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts, n_seq=cfg.seqs,
+                            mtp=use_mtp)
     # the draft's numerics decide acceptance, never the output; the same
     # mode as the target's keeps a model drafting for itself always right
     draft_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.draft_gpu_layers,
                            deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts, n_seq=cfg.seqs)
     notes = [verdict.note] if verdict.note else []
+    if use_mtp and draft_arg is None:
+        notes.append(f"note: {target_path.name} drafts with its own multi-token-prediction layers "
+                     f"({n_mtp} block{'s' if n_mtp > 1 else ''}; no draft model)")
     draft_pays = True
     if draft_path is not None and cfg.proposer == "hybrid":
         unpaying = probe.draft_cannot_pay(target_path, target_cfg, draft_path, draft_cfg)
@@ -128,7 +165,8 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
         if draft is not None:
             draft.close()
         raise
-    return Pair(target, draft, cfg, draft_arg if draft is not None else None, notes, draft_pays)
+    return Pair(target, draft, cfg, draft_arg if draft is not None else None, notes, draft_pays,
+                mtp=use_mtp)
 
 
 def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None]:
@@ -167,6 +205,29 @@ def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None
     draft = box["draft"]
     # byte-identical token arrays: only the cheap checks are left to llama.cpp
     return target, draft, target.vocab_difference(draft, texts=not box["same_tokens"])
+
+
+def _may_have_mtp(target: str, registry) -> bool:
+    """Whether the target may draft for itself: a file (read once found) or
+    a registry entry marked `mtp`."""
+    from ..models.download import is_path, split_quant
+
+    if is_path(target):
+        return True
+    try:
+        return registry.lookup(split_quant(target)[0]).mtp
+    except SpecError:
+        return False
+
+
+def _no_mtp(name: str, *, in_file: bool = False) -> SpecError:
+    """--proposer mtp on a file without such layers (or one loaded without them)."""
+    if in_file:
+        return SpecError(f"{name}'s multi-token-prediction layers were not loaded",
+                         hint="Load the pair with --proposer mtp.")
+    return SpecError(f"{name} has no multi-token-prediction (NextN) layers for --proposer mtp",
+                     hint="Use a model whose GGUF keeps them (Qwen3.5/3.6, GLM-4.5, DeepSeek-V3; "
+                          "`spec-cli models info` shows mtp_layers), or another --proposer.")
 
 
 def _size(path) -> float:

@@ -139,6 +139,7 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
         return JSONResponse({"object": "list", "data": [{
             "id": worker.cfg.model, "object": "model", "created": 0, "owned_by": "spec-cli",
             "meta": {"n_ctx": t.n_ctx, "n_ctx_train": t.n_ctx_train, "draft": worker.pair.draft_name,
+                     "mtp": worker.pair.mtp,  # the target drafts with its own multi-token-prediction layers
                      "proposer": worker.pair.config.proposer,
                      # what a request that sets none samples with (llama-server's defaults)
                      "sampling_defaults": {"top_k": DEFAULT_TOP_K, "top_p": DEFAULT_TOP_P,

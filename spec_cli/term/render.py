@@ -153,7 +153,8 @@ def bench_table(result: dict) -> Table:
     samp = f"temperature {temp}" + (f" top-k {result.get('top_k', 0)} top-p {result.get('top_p', 1.0)} "
                                     f"min-p {result.get('min_p', 0.0)}" if temp > 0 else " (greedy)")
     peer = result.get("peer")
-    table = Table(title=f"spec-cli bench: {result['target']} / draft {result['draft'] or '-'} — "
+    drafter = result["draft"] or ("its MTP layers" if result.get("mtp") else "-")
+    table = Table(title=f"spec-cli bench: {result['target']} / draft {drafter} — "
                         f"{m['cpu']}, {m['cores']} cores, llama-cpp-python {m['llama_cpp_python']}, "
                         f"{result['max_tokens']} tokens, {samp}, {mode}, "
                         f"rule {' & '.join(result.get('rules', ['gumbel']))}, "
