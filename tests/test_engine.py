@@ -225,3 +225,26 @@ def test_a_kept_proposer_drafts_with_each_generations_seed(smollm, smollm_draft)
     drafted = sum(s.drafted for s in later)
     assert drafted > 0 and sum(s.accepted for s in later) == sum(s.accepted for s in fresh) == drafted
     assert all(0 < s.host_s <= s.draft_s + s.verify_s and 0 <= s.host_draft_s <= s.host_s for s in later)
+
+
+def test_sampled_text_is_the_same_from_candidates_as_from_whole_rows(smollm, smollm_draft, monkeypatch):
+    """With top-k on, the target's and the draft's rows come as llama.cpp's
+    candidates (Decoding.candidates_k); the text is what whole rows give,
+    drafted or not, and the candidates were really read."""
+    from spec_cli.core.config import Decoding
+    cfg = SamplingConfig(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+    prompt = smollm.tokenize("Once upon a time, in a small village by the sea,")
+    monkeypatch.setattr(smollm, "device_top_k", True)  # on a CPU too, to check the path
+    monkeypatch.setattr(smollm_draft, "device_top_k", True)
+    fast = {}
+    for name, make in (("none", NoDraft), ("draft", lambda: DraftModel(smollm_draft)), ("lookup", Lookup)):
+        smollm.reset()
+        fast[name], _, _ = run(smollm, make(), prompt, max_tokens=32, draft_max=4, sampling=cfg, seed=11)
+        assert smollm._sampler_k == 40
+    assert smollm_draft._sampler_k == 40
+    monkeypatch.setattr(Decoding, "candidates_k", property(lambda self: None))
+    for name, make in (("none", NoDraft), ("draft", lambda: DraftModel(smollm_draft)), ("lookup", Lookup)):
+        smollm.reset()
+        whole, _, _ = run(smollm, make(), prompt, max_tokens=32, draft_max=4, sampling=cfg, seed=11)
+        assert whole == fast[name] == fast["none"], name
+    assert smollm._sampler_k is None  # whole rows again: the sampler is off

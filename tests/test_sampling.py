@@ -140,6 +140,64 @@ def test_fast_choice_is_the_reference_choice_on_real_rows(real_rows, monkeypatch
         assert tail_wins > 20  # the tail's path was exercised, not only the head's
 
 
+def _candidates(row, n):
+    """A row's n largest, in a shuffled order (llama.cpp's come unsorted)."""
+    ids = np.argpartition(row, len(row) - n)[len(row) - n:]
+    ids = np.random.default_rng(n).permutation(ids).astype(np.int32)
+    return fast.Candidates(ids, row[ids].astype(np.float32))
+
+
+def test_candidates_give_the_whole_rows_q_to_the_bit(real_rows):
+    """A row's top-k candidates alone (what llama.cpp's backend sampler
+    leaves) give the same q as the whole row -- the same ids, z and
+    normaliser bitwise -- and so the same token, greedy or seeded."""
+    for cfg in [c for c in SETTINGS if c.top_k] + [SamplingConfig(temperature=0.9, top_k=40),
+                                                  SamplingConfig(temperature=1.1, top_k=20, min_p=0.1)]:
+        for r, row in enumerate(real_rows):
+            whole = fast.dist(row, cfg)
+            for spare in (0, 8):
+                c = _candidates(row, cfg.top_k + spare)
+                part = fast.dist(c, cfg)
+                assert np.array_equal(part.ids, whole.ids) and np.array_equal(part.z, whole.z), (cfg, r)
+                assert part.log_z == whole.log_z and part.top == whole.top
+                for seed in range(4):
+                    assert fast.choose(c, cfg, seed, r) == fast.choose(row, cfg, seed, r)
+                    assert fast.decide(c, cfg, seed, r) == fast.decide(row, cfg, seed, r)
+        c = _candidates(real_rows[0], 50)
+        assert fast.choose(c, SamplingConfig(), 0, 0) == int(np.argmax(real_rows[0]))
+    with pytest.raises(ValueError):
+        fast.dist(_candidates(real_rows[0], 10), SamplingConfig(temperature=1.0))  # no top-k: whole rows only
+
+
+def test_llama_cpps_candidates_are_the_rows_own(smollm_fast):
+    """With candidates_k set, llama.cpp's top-k sampler in the graph leaves
+    each row's most likely tokens with their logits bitwise the whole
+    row's, and every seeded choice is the whole row's."""
+    m = smollm_fast
+    toks = m.tokenize("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:")
+    cfg = SamplingConfig(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+    m.reset()
+    m.decode(toks[:-9])
+    whole = m.decode(toks[-9:], logits_from=0)
+    m.truncate(len(toks) - 9)
+    m.candidates_k, m.device_top_k = cfg.top_k, True  # on a CPU too, to check the path
+    try:
+        part = m.decode(toks[-9:], logits_from=0, candidates=True)
+        assert all(isinstance(c, fast.Candidates) for c in part)
+        for i, (row, c) in enumerate(zip(whole, part)):
+            assert len(c.ids) == cfg.top_k + 8
+            assert np.array_equal(c.vals, row[c.ids])
+            assert set(c.ids.tolist()) == set(np.argsort(row)[-len(c.ids):].tolist())
+            assert all(fast.choose(c, cfg, s, i) == fast.choose(row, cfg, s, i) for s in range(8))
+        # a read that does not ask for candidates gets whole rows again
+        m.truncate(len(toks) - 9)
+        again = m.decode(toks[-9:], logits_from=0)
+        assert isinstance(again, np.ndarray) and np.array_equal(again, whole)
+    finally:
+        m.candidates_k, m.device_top_k = None, False
+        m.reset()
+
+
 def test_choose_from_probs_is_the_same_choice(real_rows):
     cfg = SamplingConfig(temperature=1.0, top_p=0.9)
     for r, row in enumerate(real_rows[:10]):

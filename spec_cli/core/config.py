@@ -49,3 +49,14 @@ class Decoding:
     sampling: SamplingConfig
     seed: int
     rule: str = "gumbel"
+
+    @property
+    def candidates_k(self) -> int | None:
+        """The top-k whose candidates give every row this decoding reads
+        (backend.Model.candidates_k), or None where it reads whole rows:
+        greedy (an argmax is cheap), no top-k, or the residual rule (it
+        subtracts dense rows)."""
+        s = self.sampling
+        if s.greedy or s.top_k <= 0 or self.rule != "gumbel":
+            return None
+        return s.top_k

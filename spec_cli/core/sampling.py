@@ -19,19 +19,26 @@ is done over the candidates alone.  Only top-p without top-k, and sampling
 over the full vocabulary, need the softmax's sum over every token: one
 vectorised float32 pass.  `probs` gives the same q as a dense row (the
 residual rule and the tests use it).
+
+A row may also come as `Candidates`: the ids and logits of its most likely
+tokens only, which llama.cpp's backend top-k sampler leaves (backend.py,
+`Model.candidates_k`), so that with top-k on nothing the size of the
+vocabulary is read at all.  They give the same q, bit for bit, as the
+whole row: the same values in the same order go through the same steps.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from .config import SamplingConfig
 
-__all__ = ["SamplingConfig", "Dist", "dist", "probs", "sample", "choose", "decide", "choose_from_probs",
-           "gumbel", "margin"]
+__all__ = ["SamplingConfig", "Candidates", "Dist", "dist", "probs", "sample", "choose", "decide",
+           "choose_from_probs", "gumbel", "margin"]
 
 # logit windows (in logits) tried, narrowest first, for the candidates of
 # top-k and top-p: the first that holds enough is the only part read further
@@ -67,12 +74,22 @@ class Dist:
         return math.exp(-self.log_z)
 
 
-def dist(logits: np.ndarray, cfg: SamplingConfig) -> Dist:
+class Candidates(NamedTuple):
+    """A row's most likely tokens (at least top-k of them, in any order)
+    and their logits, bitwise the whole row's: what llama.cpp's backend
+    top-k sampler leaves of a row."""
+
+    ids: np.ndarray   # int32
+    vals: np.ndarray  # float32
+
+
+def dist(logits: np.ndarray | Candidates, cfg: SamplingConfig) -> Dist:
     """q of one logits row under `cfg` (not greedy)."""
+    if isinstance(logits, Candidates):
+        return _dist_of_candidates(logits, cfg)
     x = np.asarray(logits)
     if x.dtype != np.float32 and x.dtype != np.float64:
         x = x.astype(np.float32)
-    t = cfg.temperature
     top = int(np.argmax(x))
     m = float(x[top])
     vocab = x.shape[-1]
@@ -81,10 +98,24 @@ def dist(logits: np.ndarray, cfg: SamplingConfig) -> Dist:
         ids = _top_k_window(x, cfg.top_k)
         if ids is None:
             ids = _window(x, m, lambda w: len(w) >= cfg.top_k)
-        if len(ids) > cfg.top_k:  # the k-th largest; ties at the threshold are kept
-            vals = x[ids]
-            kth = np.partition(vals, len(vals) - cfg.top_k)[len(vals) - cfg.top_k]
-            ids = ids[vals >= kth]
+        ids = _kth(x, ids, cfg.top_k)
+    return _after_top_k(x, top, m, ids, cfg)
+
+
+def _kth(x: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+    """Of `ids` (which hold the k largest), those at or above the k-th
+    largest logit: ties at the threshold are kept."""
+    if len(ids) <= k:
+        return ids
+    vals = x[ids]
+    kth = np.partition(vals, len(vals) - k)[len(vals) - k]
+    return ids[vals >= kth]
+
+
+def _after_top_k(x: np.ndarray, top: int, m: float, ids: np.ndarray | None, cfg: SamplingConfig) -> Dist:
+    """Top-p and min-p over what top-k kept (`ids`, ascending; None: every
+    token), and q's normaliser."""
+    t = cfg.temperature
     e = None
     if cfg.top_p < 1.0:
         if ids is None:  # the mass is counted over every token: one pass for the sum
@@ -107,6 +138,43 @@ def dist(logits: np.ndarray, cfg: SamplingConfig) -> Dist:
     z = _z(x, ids, m, t)
     zmax = z.max()
     return Dist(x, t, top, m, ids, z, float(zmax + math.log(np.exp(z - zmax).sum())))
+
+
+def _by_id(c: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates in ascending id order, as the whole row lists them."""
+    order = np.argsort(c.ids, kind="stable")
+    return c.ids[order].astype(np.int64), np.asarray(c.vals, dtype=np.float32)[order]
+
+
+def _dist_of_candidates(c: Candidates, cfg: SamplingConfig) -> Dist:
+    """`dist` from the candidates alone: the values the whole row's path
+    reads (its top-k set, ascending by id) go through the same arithmetic
+    here -- z of each token once (an elementwise, exactly rounded step),
+    the same exp and sums over the same sets in the same order -- so q is
+    the same to the bit, in a third of the numpy calls.  Its `x` holds the
+    candidates' values (indexed by position, not id): nothing reads a
+    token outside them."""
+    k = cfg.top_k
+    if not 0 < k <= len(c.ids):
+        raise ValueError("candidates give q only under a top-k they hold")
+    ids, x = _by_id(c)
+    t = cfg.temperature
+    top = int(np.argmax(x))  # the first of equal tops, as on the whole row
+    m = float(x[top])
+    zc = x.astype(np.float64) / t - m / t  # _z of every candidate
+    n = len(x)
+    sel = np.arange(n) if n <= k else np.flatnonzero(x >= np.partition(x, n - k)[n - k])
+    z = zc[sel]
+    if cfg.top_p < 1.0:
+        total = float(np.exp(z).sum())
+        order = np.argsort(-z, kind="stable")
+        sorted_p = np.exp(z[order]) / total
+        sel = np.sort(sel[order[(np.cumsum(sorted_p) - sorted_p) < cfg.top_p]])
+    if cfg.min_p > 0.0:
+        sel = sel[x[sel] >= m + t * math.log(cfg.min_p)]
+    z = zc[sel]
+    zmax = z.max()
+    return Dist(x, t, int(ids[top]), m, ids[sel], z, float(zmax + math.log(np.exp(z - zmax).sum())))
 
 
 def _window(x: np.ndarray, m: float, enough) -> np.ndarray:
@@ -210,23 +278,39 @@ def _mix_int(x: int) -> int:
     return x ^ (x >> 31)
 
 
+_U = {n: np.uint64(n) for n in (11, 27, 30, 31, _GOLDEN, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)}
+
+
 def gumbel(seed: int, pos: int, tokens: np.ndarray) -> np.ndarray:
     """Standard Gumbel noise for each of `tokens` at output position `pos`:
     a counter-based hash of (seed, pos, token), so any subset of the
     vocabulary can be evaluated alone and always gets the same values."""
     key = _mix_int(_mix_int(seed + _GOLDEN) + pos * _GOLDEN)
-    x = np.asarray(tokens, dtype=np.uint64) * np.uint64(_GOLDEN) ^ np.uint64(key)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    u = ((x >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0 ** -53  # in (0, 1)
-    return -np.log(-np.log(u))
+    x = np.array(tokens, dtype=np.uint64)  # a copy, worked on in place
+    x *= _U[_GOLDEN]
+    x ^= np.uint64(key)
+    x ^= x >> _U[30]
+    x *= _U[0xBF58476D1CE4E5B9]
+    x ^= x >> _U[27]
+    x *= _U[0x94D049BB133111EB]
+    x ^= x >> _U[31]
+    x >>= _U[11]
+    u = x.astype(np.float64)
+    u += 0.5
+    u *= 2.0 ** -53  # in (0, 1)
+    u = np.log(u)
+    np.negative(u, out=u)
+    np.log(u, out=u)
+    return np.negative(u, out=u)
 
 
-def _pick(d: Dist, seed: int, pos: int) -> tuple[int, float]:
-    """(token, margin in perturbed log-probability) of the seeded choice."""
+def _pick(d: Dist, seed: int, pos: int, *, gap: bool = True) -> tuple[int, float]:
+    """(token, margin in perturbed log-probability) of the seeded choice
+    (the margin only with `gap`)."""
     if d.ids is not None and len(d.ids) <= HEAD_CAP:
-        return _best(d.ids, d.z - d.log_z + gumbel(seed, pos, d.ids))
+        s = gumbel(seed, pos, d.ids)
+        s += d.z - d.log_z
+        return _best(d.ids, s) if gap else (int(d.ids[np.argmax(s)]), math.nan)
     # the head: the widest window that holds at most HEAD_CAP candidates
     for nats in HEAD_NATS:
         if d.ids is None:
@@ -285,22 +369,30 @@ def decide(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> tupl
     signal).  Greedy: the argmax, and the softmax's top probability over the
     tokens within 12 logits of it (each token further counts < 1e-5 of
     the top: a stopping signal, not a probability anything is drawn from)."""
-    x = np.asarray(logits)
     if cfg.greedy:
-        top = int(np.argmax(x))
+        if isinstance(logits, Candidates):  # the near tokens it holds (a stopping signal only)
+            ids, x = _by_id(logits)
+            top = int(np.argmax(x))
+            token = int(ids[top])
+        else:
+            x = np.asarray(logits)
+            top = token = int(np.argmax(x))
         m = x[top]
         near = x[x >= m - _CONFIDENCE_WINDOW]
-        return top, float(1.0 / np.exp(near - m).sum(dtype=np.float64))
-    d = dist(x, cfg)
-    return _pick(d, seed, pos)[0], d.q_top
+        return token, float(1.0 / np.exp(near - m).sum(dtype=np.float64))
+    d = dist(logits, cfg)
+    return _pick(d, seed, pos, gap=False)[0], d.q_top
 
 
 def choose(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> int:
     """The token at output position `pos`: the seeded Gumbel-max choice from
     q -- an exact sample, fixed by the seed; the argmax when greedy."""
     if cfg.greedy:
+        if isinstance(logits, Candidates):
+            ids, x = _by_id(logits)
+            return int(ids[np.argmax(x)])
         return int(np.argmax(logits))
-    return _pick(dist(logits, cfg), seed, pos)[0]
+    return _pick(dist(logits, cfg), seed, pos, gap=False)[0]
 
 
 def choose_from_probs(q: np.ndarray, seed: int, pos: int) -> int:

@@ -25,10 +25,16 @@ import numpy as np
 
 import llama_cpp
 
+from ..core.sampling import Candidates
 from ..errors import SpecError
 
 _GGUF_MAGIC = b"GGUF"
 _Q8_0 = 8  # enum ggml_type
+# rows read as candidates (Model.candidates_k): at most this many a batch
+# (a verify batch of draft_max + 1), each its k + CANDIDATE_SPARE most likely
+# tokens (the spare keeps ties at the k-th logit as the whole row keeps them)
+CANDIDATE_ROWS = 64
+CANDIDATE_SPARE = 8
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,8 @@ class Model:
         cparams.no_perf = True
         if self.recurrent:
             cparams.n_rs_seq = cfg.rs_snapshots  # llama.cpp sets 0 where the architecture cannot
+        # a verify batch's rows with a backend sampler attached (candidates_k)
+        cparams.n_outputs_max_per_seq = CANDIDATE_ROWS
         if cfg.deterministic:
             # Flash attention over a Q8_0 KV cache: llama.cpp's CPU kernel
             # then treats every query row alike whatever the batch, whereas
@@ -164,6 +172,22 @@ class Model:
             llama_cpp_ext.llama_set_embeddings_nextn(self._ctx, True, False)  # every row, not only logits'
             self._hidden = {}
         self._mtp_head: "MTPHead | None" = None
+        # rows as candidates: with candidates_k = k, decode(..., candidates=True)
+        # gives each row's k + CANDIDATE_SPARE most likely tokens, chosen by
+        # llama.cpp's top-k sampler inside its graph, instead of the whole
+        # row; None: whole rows always
+        self.candidates_k: int | None = None
+        # ...where the output layer runs on a GPU: there the graph's top-k is
+        # cheap and saves copying whole rows.  On a CPU it costs more than
+        # reading the rows (ggml sorts each row: measured +30-45 ms on a
+        # 17-row verify batch and +0.8-1.5 ms a token on 2 cores, against
+        # 0.2 ms of host time saved a row), so rows stay whole there
+        # unless this is set (the tests do, to check the path)
+        n_layer = int(llama_cpp.llama_model_n_layer(self._model))
+        self.device_top_k = bool(llama_cpp.llama_supports_gpu_offload()) and (
+            cfg.gpu_layers < 0 or cfg.gpu_layers > n_layer)
+        self._sampler_k: int | None = None  # the k of the samplers attached now
+        self._samplers: list = []
         self._piece = ctypes.create_string_buffer(256)
         self._seqs: list[list[int]] = [[] for _ in range(cfg.n_seq)]
         self.seq = 0
@@ -180,6 +204,7 @@ class Model:
             self._mtp_head.close()
             self._mtp_head = None
         if getattr(self, "_ctx", None):
+            self._attach(None)
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
@@ -375,7 +400,7 @@ class Model:
         self.tokens = self._seqs[seq]
 
     def decode(self, tokens: Sequence[int], *, logits_from: int | None = None,
-               copy: bool = True) -> np.ndarray | None:
+               copy: bool = True, candidates: bool = False) -> np.ndarray | list[Candidates] | None:
         """Append `tokens` to the KV cache at positions len(self.tokens)...
 
         Returns float32 logits of shape (len(tokens) - logits_from, n_vocab)
@@ -383,7 +408,9 @@ class Model:
         `logits_from` is None.  Long inputs go in chunks of n_batch.
         With copy=False (one chunk) the rows are a view of llama.cpp's own
         buffer, valid until this model's next decode: a verify batch reads
-        a few of them, so none is copied.
+        a few of them, so none is copied.  With `candidates` and
+        `candidates_k` set, each row is a Candidates (sampling.py): its
+        candidates_k + CANDIDATE_SPARE most likely tokens only.
         """
         n = len(tokens)
         if n == 0:
@@ -396,13 +423,20 @@ class Model:
             first = None if logits_from is None else max(logits_from - start, 0)
             if first is not None and first >= len(chunk):
                 first = None
-            rows = self._decode_chunk(chunk, first, copy or n > self.n_batch)
+            rows = self._decode_chunk(chunk, first, copy or n > self.n_batch, candidates)
             if rows is not None:
-                out = rows if out is None else np.concatenate([out, rows])
+                out = rows if out is None else (out + rows if isinstance(rows, list)
+                                                else np.concatenate([out, rows]))
         return out
 
-    def _decode_chunk(self, chunk: Sequence[int], first: int | None, copy: bool) -> np.ndarray | None:
+    def _decode_chunk(self, chunk: Sequence[int], first: int | None, copy: bool,
+                      candidates: bool = False) -> np.ndarray | list[Candidates] | None:
         b = self._batch
+        if first is not None:  # the samplers this read wants: whole rows, or candidates
+            k = (self.candidates_k if candidates and self.device_top_k and len(chunk) - first <= CANDIDATE_ROWS
+                 else None)
+            if k != self._sampler_k:
+                self._attach(k)
         pos0 = len(self.tokens)
         # the cache holds exactly self.tokens: drop anything a decode cut
         # short by Ctrl-C may have left behind
@@ -432,8 +466,44 @@ class Model:
         if first is None:
             return None
         n_rows = m - first
+        if self._sampler_k is not None:
+            return [self._candidates(first + i, copy) for i in range(n_rows)]
         rows = np.ctypeslib.as_array(ptr, shape=(n_rows * self.n_vocab,)).reshape(n_rows, self.n_vocab)
         return rows.copy() if copy else rows
+
+    def _candidates(self, i: int, copy: bool) -> Candidates:
+        """Batch row i's candidates, as the sampler left them (views of
+        llama.cpp's buffers unless copied)."""
+        n = llama_cpp.llama_get_sampled_candidates_count_ith(self._ctx, i)
+        ids = llama_cpp.llama_get_sampled_candidates_ith(self._ctx, i)
+        vals = llama_cpp.llama_get_sampled_logits_ith(self._ctx, i)
+        if n <= 0 or not ids or not vals:
+            raise SpecError(f"llama.cpp's sampler left no candidates for a row of {self.path.name}")
+        ids = np.frombuffer((ctypes.c_int32 * n).from_address(ctypes.addressof(ids.contents)), dtype=np.int32)
+        vals = np.frombuffer((ctypes.c_float * n).from_address(ctypes.addressof(vals.contents)), dtype=np.float32)
+        return Candidates(ids.copy(), vals.copy()) if copy else Candidates(ids, vals)
+
+    def _attach(self, k: int | None) -> None:
+        """Attach a top-(k + spare) sampler to every sequence (None: detach).
+        A chain is attached once only (llama.cpp refuses one twice), so
+        each change makes new ones.  Where the backend cannot run it, rows
+        stay whole (candidates_k is cleared)."""
+        for seq in range(self.n_seq):
+            llama_cpp.llama_set_sampler(self._ctx, seq, None)
+        for chain in self._samplers:
+            llama_cpp.llama_sampler_free(chain)
+        self._samplers, self._sampler_k = [], None
+        if k is None:
+            return
+        for seq in range(self.n_seq):
+            chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(k + CANDIDATE_SPARE))
+            self._samplers.append(chain)
+            if not llama_cpp.llama_set_sampler(self._ctx, seq, chain):
+                self._attach(None)
+                self.candidates_k = None
+                return
+        self._sampler_k = k
 
     def _keep_hidden(self, pos0: int, m: int) -> None:
         from llama_cpp import llama_cpp_ext
@@ -530,7 +600,7 @@ class Model:
         self._ckpt.pop(self.seq, None)
 
     def catch_up(self, tokens: Sequence[int], *, logits_last: bool = False,
-                 copy: bool = True) -> int | np.ndarray:
+                 copy: bool = True, candidates: bool = False) -> int | np.ndarray | Candidates:
         """Make the KV cache hold exactly `tokens`, evaluating only what is
         not cached yet (the one rewind-and-extend helper).  Returns how many
         tokens were evaluated, or with `logits_last` the last token's logits
@@ -541,7 +611,7 @@ class Model:
         self.truncate(keep)
         if len(tokens) > keep:
             rows = self.decode(list(tokens[keep:]), logits_from=len(tokens) - keep - 1 if logits_last else None,
-                               copy=copy)
+                               copy=copy, candidates=candidates)
             if logits_last:
                 return rows[0]
         return len(tokens) - keep

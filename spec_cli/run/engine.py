@@ -141,7 +141,9 @@ class Round:
     source: str
     draft_s: float
     verify_s: float
-    logits: np.ndarray      # the target's k+1 rows (a view of llama.cpp's buffer: read before the next decode)
+    # the target's k+1 rows (views of llama.cpp's buffers: read before the
+    # next decode), whole or as Candidates (sampling.py; see candidates_k)
+    logits: np.ndarray | list
     host_s: float = 0.0
     host_draft_s: float = 0.0
 
@@ -157,7 +159,7 @@ def step(target: Model, proposer: Proposer, policy: Policy | None, context: list
     prop = proposer.draft(context, cand, min(k, cand.limit), keep_going) if cand and k > 0 else EMPTY
     draft = prop.tokens[:k]                                                     # and the proposer drafts
     t1, d1 = time.perf_counter(), decode_seconds()
-    logits = target.decode([context[-1], *draft], logits_from=0, copy=False)    # 2. one target pass
+    logits = target.decode([context[-1], *draft], logits_from=0, copy=False, candidates=True)  # 2. one pass
     n_acc, token = pick(logits, draft, prop)                                    # 3.-4. accept, correct
     _rewind(target, len(context) + n_acc)                                       # 5. rewind
     t2, d2 = time.perf_counter(), decode_seconds()
@@ -182,6 +184,9 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
     t0 = time.perf_counter()
     evaluated = _prefill(target, prompt)
     decoding = Decoding(cfg.sampling, seed, cfg.rule)  # one state for the rule and the proposer
+    # with top-k, llama.cpp's sampler leaves each verify row's candidates
+    # only, unless bench's margins or the residual rule read whole rows
+    target.candidates_k = decoding.candidates_k if not cfg.margins else None
     proposer.prepare(prompt, decoding)  # a draft model reads the prompt only once it is chosen
     prefill = (evaluated, time.perf_counter() - t0 if cfg.clock is None else cfg.clock.prefill_s(evaluated))
 

@@ -17,6 +17,7 @@ model stop early where it is unsure.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
@@ -156,6 +157,11 @@ class DraftModel:
         if decoding is not None:
             self.decoding = decoding
             self.rng = np.random.default_rng([decoding.seed, 1])
+            self._rows(decoding)
+
+    def _rows(self, decoding: Decoding) -> None:
+        """The draft's rows as candidates where its own choice needs no more."""
+        self.model.candidates_k = dataclasses.replace(decoding, sampling=self.sampling).candidates_k
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -210,10 +216,10 @@ class DraftModel:
     # then after each draft token; the KV cache keeps the drafts (the next
     # call cuts it back to what it shares with the context)
     def _start(self, context: Sequence[int]) -> np.ndarray:
-        return self.model.catch_up(context, logits_last=True, copy=False)
+        return self.model.catch_up(context, logits_last=True, copy=False, candidates=True)
 
     def _then(self, token: int) -> np.ndarray:
-        return self.model.decode([token], logits_from=0, copy=False)[0]
+        return self.model.decode([token], logits_from=0, copy=False, candidates=True)[0]
 
     def _end(self) -> None:
         pass
@@ -264,6 +270,9 @@ class MTPDraft(DraftModel):
                 head.truncate(keep)
             head.per_token_s = best
         return head.per_token_s
+
+    def _rows(self, decoding: Decoding) -> None:
+        pass  # the block's rows are its own context's; the target's are the engine's to set
 
     def catch_up_s(self, tokens: int) -> float:
         if tokens <= 2 or self.clock is not None:
