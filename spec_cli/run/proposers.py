@@ -239,9 +239,9 @@ class MTPDraft(DraftModel):
     the target's states fed it, and drops the chain after each draft.
     Sampling, seed, rule and the early stop are the draft model's.
 
-    Its cost per token is timed once (one read of one token) and then
-    learned from its drafts; catching up after steps it did not draft is a
-    batch of the tokens it missed."""
+    Its cost per token is timed once (the fastest of three one-token
+    reads) and then learned from its drafts; catching up after steps it
+    did not draft is a batch of the tokens it missed."""
 
     name = "mtp"
 
@@ -275,8 +275,10 @@ class MTPDraft(DraftModel):
         pass  # the block's rows are its own context's; the target's are the engine's to set
 
     def catch_up_s(self, tokens: int) -> float:
-        if tokens <= 2 or self.clock is not None:
-            return super().catch_up_s(tokens) if self.clock is not None else 0.0
+        if self.clock is not None:
+            return super().catch_up_s(tokens)
+        if tokens <= 2:
+            return 0.0
         return 0.25 * tokens * self.per_token()  # a batch reads a token for a fraction of one alone
 
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
