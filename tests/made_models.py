@@ -57,6 +57,56 @@ def _copy_tokenizer(writer, tokenizer_gguf: Path) -> int:
     return n_vocab
 
 
+def _begin(arch: str, tag: str, recipe: str, tokenizer_gguf: Path):
+    """(path, None) where the file for `recipe` is already written; else
+    (path, (writer, temporary path, vocabulary size)) for a new one, its
+    name, tokenizer, context length and embedding width still to come."""
+    key = hashlib.sha256(f"{recipe}|{tokenizer_gguf.name}".encode())
+    path = _cache_dir() / f"{tag}-{key.hexdigest()[:12]}.gguf"
+    if path.exists():
+        return path, None
+    import gguf
+
+    tmp = path.with_suffix(".part")
+    writer = gguf.GGUFWriter(str(tmp), arch)
+    writer.add_name(f"{tag} (random weights)")
+    n_vocab = _copy_tokenizer(writer, tokenizer_gguf)
+    writer.add_context_length(4096)
+    return path, (writer, tmp, n_vocab)
+
+
+def _finish(writer, tmp: Path, path: Path) -> Path:
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    os.replace(tmp, path)
+    return path
+
+
+class _Weights:
+    """Random float32 tensors (numpy shapes are ggml's dimensions reversed):
+    `rand` scaled by 1/sqrt(fan-in) unless told, `ones` for norms."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def rand(self, *shape, scale=None) -> np.ndarray:
+        scale = scale if scale is not None else 1.0 / np.sqrt(shape[-1])
+        return (self.rng.standard_normal(shape) * scale).astype(np.float32)
+
+    @staticmethod
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, np.float32)
+
+    def embeddings(self, writer, n_vocab: int, n_embd: int, norm: str = "output_norm.weight") -> None:
+        """Token embeddings, the final norm, and an output matrix of its own
+        (tied to the embedding, the model would repeat its last token)."""
+        writer.add_tensor("token_embd.weight", self.rand(n_vocab, n_embd, scale=1.0))
+        writer.add_tensor(norm, self.ones(n_embd))
+        writer.add_tensor("output.weight", self.rand(n_vocab, n_embd, scale=3.0 / np.sqrt(n_embd)))
+
+
 def make_mamba(tokenizer_gguf: Path, *, seed: int = 0) -> Path:
     """A Mamba (v1) GGUF with random weights: four recurrent layers."""
     return _make("mamba", tokenizer_gguf, seed=seed, attention=())
@@ -78,21 +128,16 @@ def make_lfm2(tokenizer_gguf: Path, *, seed: int = 0) -> Path:
 def _make(arch: str, tokenizer_gguf: Path, *, seed: int, attention: tuple[int, ...], n_layer: int = 4,
           n_embd: int = 128) -> Path:
     """The path of a random-weight GGUF of `arch`, written once."""
-    key = hashlib.sha256(f"{RECIPE}|{arch}|{n_layer}|{n_embd}|{seed}|{attention}|{tokenizer_gguf.name}".encode())
-    path = _cache_dir() / f"{arch}-tiny-{key.hexdigest()[:12]}.gguf"
-    if path.exists():
+    path, new = _begin(arch, f"{arch}-tiny", f"{RECIPE}|{arch}|{n_layer}|{n_embd}|{seed}|{attention}",
+                       tokenizer_gguf)
+    if new is None:
         return path
-    import gguf
-
-    rng = np.random.default_rng(seed)
+    writer, tmp, n_vocab = new
+    w = _Weights(seed)
+    rand, ones = w.rand, w.ones
     d_inner, d_state, d_conv = 2 * n_embd, 16, 4
     dt_rank = -(n_embd // -16)
     n_head, n_ff = 4, 2 * n_embd
-    tmp = path.with_suffix(".part")
-    writer = gguf.GGUFWriter(str(tmp), arch)
-    writer.add_name(f"{arch}-tiny (random weights)")
-    n_vocab = _copy_tokenizer(writer, tokenizer_gguf)
-    writer.add_context_length(4096)
     writer.add_embedding_length(n_embd)
     writer.add_block_count(n_layer)
     if arch == "mamba":
@@ -116,17 +161,7 @@ def _make(arch: str, tokenizer_gguf: Path, *, seed: int, attention: tuple[int, .
     writer.add_ssm_time_step_rank(dt_rank)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(0)  # all F32
-
-    def rand(*shape, scale=None):
-        scale = scale if scale is not None else 1.0 / np.sqrt(shape[-1])
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    ones = lambda n: np.ones(n, np.float32)  # noqa: E731
-    # numpy shapes are ggml's dimensions reversed
-    writer.add_tensor("token_embd.weight", rand(n_vocab, n_embd, scale=1.0))
-    writer.add_tensor("token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight", ones(n_embd))
-    # an output matrix of its own (tied to the embedding, the model would repeat its last token)
-    writer.add_tensor("output.weight", rand(n_vocab, n_embd, scale=3.0 / np.sqrt(n_embd)))
+    w.embeddings(writer, n_vocab, n_embd, "token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight")
     for i in range(n_layer):
         p = f"blk.{i}."
         writer.add_tensor(p + "attn_norm.weight", ones(n_embd))
@@ -160,12 +195,7 @@ def _make(arch: str, tokenizer_gguf: Path, *, seed: int, attention: tuple[int, .
             writer.add_tensor(p + "ffn_gate.weight", rand(n_ff, n_embd))
             writer.add_tensor(p + "ffn_up.weight", rand(n_ff, n_embd))
             writer.add_tensor(p + "ffn_down.weight", rand(n_embd, n_ff))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    os.replace(tmp, path)
-    return path
+    return _finish(writer, tmp, path)
 
 
 def make_qwen35_mtp(tokenizer_gguf: Path, *, seed: int = 0, n_embd: int = 128, residual: float = 0.05) -> Path:
@@ -183,22 +213,17 @@ def make_qwen35_mtp(tokenizer_gguf: Path, *, seed: int = 0, n_embd: int = 128, r
     is that function exactly.  A block that reads the right token at the
     right position is then accepted often but not always; one off by a
     position almost never."""
-    key = hashlib.sha256(f"{QWEN35_RECIPE}|qwen35|{n_embd}|{seed}|{residual}|{tokenizer_gguf.name}".encode())
-    path = _cache_dir() / f"qwen35-mtp-tiny-{key.hexdigest()[:12]}.gguf"
-    if path.exists():
+    path, new = _begin("qwen35", "qwen35-mtp-tiny", f"{QWEN35_RECIPE}|qwen35|{n_embd}|{seed}|{residual}",
+                       tokenizer_gguf)
+    if new is None:
         return path
-    import gguf
-
-    rng = np.random.default_rng(seed)
+    writer, tmp, n_vocab = new
+    w = _Weights(seed)
+    rand, ones = w.rand, w.ones
     n_trunk, n_head, n_head_kv, head = 4, 4, 2, 32
     d_state, n_group, dt_rank, d_conv = 32, 2, 4, 4  # linear attention: key/value heads of d_state
     key_dim, value_dim = d_state * n_group, d_state * dt_rank
     n_ff = 2 * n_embd
-    tmp = path.with_suffix(".part")
-    writer = gguf.GGUFWriter(str(tmp), "qwen35")
-    writer.add_name("qwen35-mtp-tiny (random weights)")
-    n_vocab = _copy_tokenizer(writer, tokenizer_gguf)
-    writer.add_context_length(4096)
     writer.add_embedding_length(n_embd)
     writer.add_block_count(n_trunk + 1)
     writer.add_uint32("qwen35.nextn_predict_layers", 1)
@@ -218,17 +243,10 @@ def make_qwen35_mtp(tokenizer_gguf: Path, *, seed: int = 0, n_embd: int = 128, r
     writer.add_ssm_group_count(n_group)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_file_type(0)  # all F32
+    w.embeddings(writer, n_vocab, n_embd)
 
-    def rand(*shape, scale=None):
-        scale = scale if scale is not None else 1.0 / np.sqrt(shape[-1])
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    ones = lambda n: np.ones(n, np.float32)  # noqa: E731
-    writer.add_tensor("token_embd.weight", rand(n_vocab, n_embd, scale=1.0))
-    writer.add_tensor("output_norm.weight", ones(n_embd))
-    writer.add_tensor("output.weight", rand(n_vocab, n_embd, scale=3.0 / np.sqrt(n_embd)))
-
-    def attention(p):
+    # `scale`: what a block's output adds to the residual stream, times its random weights
+    def attention(p, scale):
         writer.add_tensor(p + "attn_q.weight", rand(2 * n_head * head, n_embd))  # query and gate
         writer.add_tensor(p + "attn_k.weight", rand(n_head_kv * head, n_embd))
         writer.add_tensor(p + "attn_v.weight", rand(n_head_kv * head, n_embd))
@@ -236,18 +254,17 @@ def make_qwen35_mtp(tokenizer_gguf: Path, *, seed: int = 0, n_embd: int = 128, r
         writer.add_tensor(p + "attn_q_norm.weight", ones(head))
         writer.add_tensor(p + "attn_k_norm.weight", ones(head))
 
-    def ffn(p):
+    def ffn(p, scale):
         writer.add_tensor(p + "post_attention_norm.weight", ones(n_embd))
         writer.add_tensor(p + "ffn_gate.weight", rand(n_ff, n_embd))
         writer.add_tensor(p + "ffn_up.weight", rand(n_ff, n_embd))
         writer.add_tensor(p + "ffn_down.weight", rand(n_embd, n_ff) * scale)
 
-    scale = residual
     for i in range(n_trunk):
         p = f"blk.{i}."
         writer.add_tensor(p + "attn_norm.weight", ones(n_embd))
         if (i + 1) % 4 == 0:
-            attention(p)
+            attention(p, residual)
         else:
             writer.add_tensor(p + "attn_qkv.weight", rand(2 * key_dim + value_dim, n_embd))
             writer.add_tensor(p + "attn_gate.weight", rand(value_dim, n_embd))
@@ -257,21 +274,16 @@ def make_qwen35_mtp(tokenizer_gguf: Path, *, seed: int = 0, n_embd: int = 128, r
             writer.add_tensor(p + "ssm_beta.weight", rand(dt_rank, n_embd))
             writer.add_tensor(p + "ssm_alpha.weight", rand(dt_rank, n_embd))
             writer.add_tensor(p + "ssm_norm.weight", ones(d_state))
-            writer.add_tensor(p + "ssm_out.weight", rand(n_embd, value_dim) * scale)
-        ffn(p)
-    scale = 0.0  # the MTP block: the token's embedding, normed, to the output head
+            writer.add_tensor(p + "ssm_out.weight", rand(n_embd, value_dim) * residual)
+        ffn(p, residual)
+    # the MTP block: the token's embedding, normed, to the output head (its layers add nothing)
     p = f"blk.{n_trunk}."
     writer.add_tensor(p + "attn_norm.weight", ones(n_embd))
-    attention(p)
-    ffn(p)
+    attention(p, 0.0)
+    ffn(p, 0.0)
     writer.add_tensor(p + "nextn.eh_proj.weight", np.hstack([np.eye(n_embd), np.zeros((n_embd, n_embd))])
                       .astype(np.float32))  # [embedding; hidden] -> embedding
     writer.add_tensor(p + "nextn.enorm.weight", ones(n_embd))
     writer.add_tensor(p + "nextn.hnorm.weight", ones(n_embd))
     writer.add_tensor(p + "nextn.shared_head_norm.weight", ones(n_embd))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    os.replace(tmp, path)
-    return path
+    return _finish(writer, tmp, path)
