@@ -146,6 +146,18 @@ def _by_id(c: Candidates) -> tuple[np.ndarray, np.ndarray]:
     return c.ids[order].astype(np.int64), np.asarray(c.vals, dtype=np.float32)[order]
 
 
+def _argmax(logits: np.ndarray | Candidates) -> tuple[int, np.ndarray, int]:
+    """(the top token, the values, its index in them): of a whole row, or
+    of candidates in ascending id order (the first of equal tops either way)."""
+    if isinstance(logits, Candidates):
+        ids, x = _by_id(logits)
+        top = int(np.argmax(x))
+        return int(ids[top]), x, top
+    x = np.asarray(logits)
+    top = int(np.argmax(x))
+    return top, x, top
+
+
 def _dist_of_candidates(c: Candidates, cfg: SamplingConfig) -> Dist:
     """`dist` from the candidates alone: the values the whole row's path
     reads (its top-k set, ascending by id) go through the same arithmetic
@@ -370,13 +382,7 @@ def decide(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> tupl
     tokens within 12 logits of it (each token further counts < 1e-5 of
     the top: a stopping signal, not a probability anything is drawn from)."""
     if cfg.greedy:
-        if isinstance(logits, Candidates):  # the near tokens it holds (a stopping signal only)
-            ids, x = _by_id(logits)
-            top = int(np.argmax(x))
-            token = int(ids[top])
-        else:
-            x = np.asarray(logits)
-            top = token = int(np.argmax(x))
+        token, x, top = _argmax(logits)  # from candidates: the near tokens they hold (a stopping signal only)
         m = x[top]
         near = x[x >= m - _CONFIDENCE_WINDOW]
         return token, float(1.0 / np.exp(near - m).sum(dtype=np.float64))
@@ -388,10 +394,7 @@ def choose(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> int:
     """The token at output position `pos`: the seeded Gumbel-max choice from
     q -- an exact sample, fixed by the seed; the argmax when greedy."""
     if cfg.greedy:
-        if isinstance(logits, Candidates):
-            ids, x = _by_id(logits)
-            return int(ids[np.argmax(x)])
-        return int(np.argmax(logits))
+        return _argmax(logits)[0]
     return _pick(dist(logits, cfg), seed, pos, gap=False)[0]
 
 

@@ -80,6 +80,28 @@ llama_cpp.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
 llama_cpp.llama_backend_init()
 
 
+def _context_params(cfg: LoadConfig, n_batch: int, threads: int):
+    """A context's parameters as `cfg` asks: n_ctx tokens for each of its
+    sequences (each a KV cache of its own), batches of n_batch, and the
+    deterministic numerics."""
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = cfg.n_ctx * cfg.n_seq
+    if cfg.n_seq > 1:
+        cparams.n_seq_max = cfg.n_seq
+        cparams.kv_unified = False
+    cparams.n_batch = cparams.n_ubatch = n_batch
+    cparams.n_threads = cparams.n_threads_batch = threads
+    cparams.no_perf = True
+    if cfg.deterministic:
+        # Flash attention over a Q8_0 KV cache: llama.cpp's CPU kernel
+        # then treats every query row alike whatever the batch, whereas
+        # over an F16 cache it splits a single query's KV across threads
+        # (from 512 entries on) and rounds differently from a batch.
+        cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
+        cparams.type_k = cparams.type_v = _Q8_0
+    return cparams
+
+
 def check_gguf(path: Path) -> None:
     """Fail clearly on a missing or non-GGUF file before llama.cpp sees it."""
     try:
@@ -127,28 +149,12 @@ class Model:
         self.replays = 0    # rewinds done by going back to a checkpoint and reading tokens again
         self.rollbacks = 0  # rewinds of a recurrent state done by llama.cpp's own snapshots
 
-        threads = self.n_threads = cfg.n_threads or os.cpu_count() or 1
-        cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = cfg.n_ctx * cfg.n_seq
-        if cfg.n_seq > 1:
-            cparams.n_seq_max = cfg.n_seq
-            cparams.kv_unified = False
-        cparams.n_batch = cfg.n_batch
-        cparams.n_ubatch = cfg.n_batch
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
-        cparams.no_perf = True
+        self.n_threads = cfg.n_threads or os.cpu_count() or 1
+        cparams = _context_params(cfg, cfg.n_batch, self.n_threads)
         if self.recurrent:
             cparams.n_rs_seq = cfg.rs_snapshots  # llama.cpp sets 0 where the architecture cannot
         # a verify batch's rows with a backend sampler attached (candidates_k)
         cparams.n_outputs_max_per_seq = CANDIDATE_ROWS
-        if cfg.deterministic:
-            # Flash attention over a Q8_0 KV cache: llama.cpp's CPU kernel
-            # then treats every query row alike whatever the batch, whereas
-            # over an F16 cache it splits a single query's KV across threads
-            # (from 512 entries on) and rounds differently from a batch.
-            cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED
-            cparams.type_k = cparams.type_v = _Q8_0
         self.numerics = numerics(cparams, mparams.use_extra_bufts)
         self.extra_bufts, self.flash_attn_type = bool(mparams.use_extra_bufts), int(cparams.flash_attn_type)
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
@@ -365,7 +371,7 @@ class Model:
             "recurrent_rollback": (("snapshots" if self.n_rs else "checkpoint and read again")
                                    if self.recurrent else None),
             # multi-token-prediction (NextN) layers in the file: --proposer mtp drafts with them
-            "mtp_layers": int(llama_cpp.llama_model_n_layer_nextn(self._model)),
+            "mtp_layers": self.mtp_layers,
         }
 
     @property
@@ -527,10 +533,8 @@ class Model:
         """The file's multi-token-prediction block, in a context of its own
         (made once)."""
         if self._mtp_head is None:
-            if self._hidden is None:
-                raise SpecError(f"{self.path.name} has no multi-token-prediction layers"
-                                if not self.mtp_layers else
-                                f"{self.path.name} was loaded without its multi-token-prediction layers")
+            if self._hidden is None:  # the pair's loader says so to the user (runner._no_mtp)
+                raise ValueError("an MTP block needs a model with NextN layers loaded with LoadConfig(mtp=True)")
             self._mtp_head = MTPHead(self)
         return self._mtp_head
 
@@ -632,21 +636,10 @@ class MTPHead:
         from llama_cpp import llama_cpp_ext
 
         self.target, self._ext = target, llama_cpp_ext
-        cfg = target._cfg
-        cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = cfg.n_ctx * cfg.n_seq
-        if cfg.n_seq > 1:
-            cparams.n_seq_max = cfg.n_seq
-            cparams.kv_unified = False
-        cparams.n_batch = cparams.n_ubatch = target.n_batch
-        cparams.n_threads = cparams.n_threads_batch = target.n_threads
-        cparams.no_perf = True
+        cparams = _context_params(target._cfg, target.n_batch, target.n_threads)
         cparams.n_rs_seq = 0
         cparams.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
         cparams.ctx_other = target._ctx
-        if cfg.deterministic:
-            cparams.flash_attn_type = 1
-            cparams.type_k = cparams.type_v = _Q8_0
         self._ctx = llama_cpp.llama_init_from_model(target._model, cparams)
         if not self._ctx:
             raise SpecError(f"llama.cpp could not make a context for {target.path.name}'s "

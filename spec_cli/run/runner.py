@@ -207,17 +207,22 @@ def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None
     return target, draft, target.vocab_difference(draft, texts=not box["same_tokens"])
 
 
+def _entry(target: str, registry):
+    """The registry entry a model argument names, None for a path (an
+    unknown name raises)."""
+    from ..models.download import is_path, split_quant
+
+    return None if is_path(target) else registry.lookup(split_quant(target)[0])
+
+
 def _may_have_mtp(target: str, registry) -> bool:
     """Whether the target may draft for itself: a file (read once found) or
     a registry entry marked `mtp`."""
-    from ..models.download import is_path, split_quant
-
-    if is_path(target):
-        return True
     try:
-        return registry.lookup(split_quant(target)[0]).mtp
+        entry = _entry(target, registry)
     except SpecError:
         return False
+    return entry is None or entry.mtp
 
 
 def _no_mtp(name: str, *, in_file: bool = False) -> SpecError:
@@ -238,31 +243,25 @@ def _size(path) -> float:
 
 
 def _suggested_draft(target: str, registry) -> str:
-    from ..models.download import is_path, split_quant
-
-    if not is_path(target):
-        entry = registry.lookup(split_quant(target)[0])
-        if entry.draft:
-            return entry.draft
+    entry = _entry(target, registry)
+    if entry is not None and entry.draft:
+        return entry.draft
     raise SpecError(f"no draft model given for {target}, and the registry suggests none",
                     hint="Pass --draft NAME|PATH, or use --proposer ngram (no draft model needed).")
 
 
 def _fitting_drafts_hint(target: str, registry) -> str:
-    from ..models.download import is_path, split_quant
-
-    if not is_path(target):
-        try:
-            entry = registry.lookup(split_quant(target)[0])
-        except SpecError:
-            entry = None
-        if entry is not None:
-            same = [e.name for e in registry.entries.values()
-                    if e.family == entry.family and e.name != entry.name]
-            if entry.draft:
-                return f"The registry's draft for {entry.name} is {entry.draft}."
-            if same:
-                return f"Models of the same family: {', '.join(same)}."
+    try:
+        entry = _entry(target, registry)
+    except SpecError:
+        entry = None
+    if entry is not None:
+        same = [e.name for e in registry.entries.values()
+                if e.family == entry.family and e.name != entry.name]
+        if entry.draft:
+            return f"The registry's draft for {entry.name} is {entry.draft}."
+        if same:
+            return f"Models of the same family: {', '.join(same)}."
     return "A draft must share the target's tokenizer: use a smaller model of the same family."
 
 
