@@ -3,6 +3,7 @@ stand-in model (the clock is replaced; real loads happen in every test that
 loads a pair), plus one real first load bounded by its budget."""
 
 import json
+import os
 
 import pytest
 
@@ -127,11 +128,12 @@ def test_the_command_leaves_out_a_draft_that_cannot_pay_and_says_so(smollm_path,
     state = tmp_path / "state"
     (state / "spec-cli").mkdir(parents=True)
     linear = {"1": 0.01, "2": 0.02, "4": 0.04, "8": 0.08, "17": 0.17}  # a batch costs what its tokens do
-    key = fingerprint(smollm_path, LoadConfig())
+    threads = os.cpu_count() or 1  # given, so that the command's key is this one whatever else runs
+    key = fingerprint(smollm_path, LoadConfig(n_threads=threads))
     (state / "spec-cli" / "costs.json").write_text(json.dumps({key: {"curve": linear, "verify_cap": None}}))
     env = dict(spec_env, XDG_STATE_HOME=str(state))
     args = [sys.executable, "-m", "spec_cli", "generate", "--raw", "-n", "8", "--target", str(smollm_path),
-            "--draft", str(smollm_path), "The capital of France is"]
+            "--draft", str(smollm_path), "--threads", str(threads), "The capital of France is"]
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip(), out.stderr
     assert "is not loaded" in out.stderr and "lookup drafts alone" in out.stderr

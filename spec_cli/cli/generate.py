@@ -75,6 +75,7 @@ def _report(session, *, seed, output, out_file, as_json, quiet, coloured_at_end,
     if as_json:
         print(json.dumps({"text": session.text, "tokens": session.tokens, "finish_reason": session.finish,
                           "seed": seed, "sampling": dataclasses.asdict(session.gen.sampling),
+                          "threads": session.pair.target.n_threads,
                           "stats": session.stats.as_dict()}, ensure_ascii=False))
     else:
         if coloured_at_end:

@@ -26,6 +26,7 @@ import numpy as np
 import llama_cpp
 
 from ..core.sampling import Candidates
+from . import cores
 from ..errors import SpecError
 
 _GGUF_MAGIC = b"GGUF"
@@ -40,7 +41,7 @@ CANDIDATE_SPARE = 8
 @dataclass(frozen=True)
 class LoadConfig:
     n_ctx: int = 4096
-    n_threads: int = 0          # 0 = every core
+    n_threads: int = 0          # 0 = the cores other programs leave free (cores.py)
     gpu_layers: int = 0         # -1 = all
     n_batch: int = 512
     # False: llama.cpp's fast path for the backend (its own choices of flash
@@ -149,7 +150,7 @@ class Model:
         self.replays = 0    # rewinds done by going back to a checkpoint and reading tokens again
         self.rollbacks = 0  # rewinds of a recurrent state done by llama.cpp's own snapshots
 
-        self.n_threads = cfg.n_threads or os.cpu_count() or 1
+        self.n_threads = cores.threads(cfg.n_threads)
         cparams = _context_params(cfg, cfg.n_batch, self.n_threads)
         if self.recurrent:
             cparams.n_rs_seq = cfg.rs_snapshots  # llama.cpp sets 0 where the architecture cannot
@@ -739,7 +740,7 @@ def fingerprint(path: Path, cfg: LoadConfig, numbers: str | None = None) -> str:
         numbers = numerics(cparams, extra)
     st = path.stat()
     return (f"{path.resolve()}|{st.st_size}|{int(st.st_mtime)}|"
-            f"{llama_cpp.__version__}|gpu={cfg.gpu_layers}|threads={cfg.n_threads}|"
+            f"{llama_cpp.__version__}|gpu={cfg.gpu_layers}|threads={cores.threads(cfg.n_threads)}|"
             f"{'deterministic' if cfg.deterministic else 'fast'}|{numbers}|costs=1")
 
 

@@ -128,7 +128,7 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
     if draft_arg is not None and cfg.proposer in NEEDS_DRAFT:
         draft_path = resolve(draft_arg, registry=registry,
                              progress=progress(draft_arg) if progress else None)
-    from ..llama import cpucheck, probe
+    from ..llama import cores, cpucheck, probe
 
     verdict = cpucheck.verdict(min((p for p in (target_path, draft_path) if p is not None), key=_size))
     target_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.gpu_layers,
@@ -138,7 +138,7 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
     # mode as the target's keeps a model drafting for itself always right
     draft_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.draft_gpu_layers,
                            deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts, n_seq=cfg.seqs)
-    notes = [verdict.note] if verdict.note else []
+    notes = [n for n in (verdict.note, cores.note(cfg.threads)) if n]
     if use_mtp and draft_arg is None:
         notes.append(f"note: {target_path.name} drafts with its own multi-token-prediction layers "
                      f"({n_mtp} block{'s' if n_mtp > 1 else ''}; no draft model)")

@@ -1,0 +1,70 @@
+"""llama.cpp's thread count: the cores other programs leave free (llama/cores.py)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from spec_cli.llama import cores
+
+LINUX = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="counts from /proc/stat (Linux only)")
+
+
+def test_a_core_is_taken_from_half_of_it_used():
+    assert cores.free(2, None) == 2
+    assert cores.free(2, 0.0) == 2 and cores.free(2, 0.49) == 2
+    assert cores.free(2, 0.5) == 1 and cores.free(2, 1.0) == 1
+    assert cores.free(2, 1.9) == 1 and cores.free(1, 0.9) == 1  # never none
+    assert cores.free(16, 1.2) == 15 and cores.free(16, 3.6) == 12
+
+
+def _spinner():
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+@LINUX
+def test_a_spinning_program_is_counted_and_this_process_is_not():
+    quiet_mark = cores._Mark()
+    time.sleep(0.5)
+    baseline = cores.others_busy(quiet_mark)  # what else this machine runs now (CI may be busy)
+    spin = _spinner()
+    try:
+        time.sleep(0.3)
+        mark = cores._Mark()
+        time.sleep(0.6)
+        with_spinner = cores.others_busy(mark)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert with_spinner - baseline > 0.6, (with_spinner, baseline)
+    mark = cores._Mark()
+    end = time.monotonic() + 0.6
+    while time.monotonic() < end:  # this process spins a whole core: not another program's use
+        pass
+    own = cores.others_busy(mark)
+    assert own - baseline < 0.5, (own, baseline)
+
+
+@LINUX
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
+                    reason="needs two cores to leave one to a spinning program")
+def test_the_command_leaves_a_busy_core_to_its_program(smollm_path, spec_env):
+    n = len(os.sched_getaffinity(0))
+    spin = _spinner()
+    try:
+        time.sleep(0.3)
+        run = lambda *a: subprocess.run([sys.executable, "-m", "spec_cli", "generate", "--target", "smollm2-135m",
+                                         "--ctx", "512", "--proposer", "none", "-n", "4", *a, "Hi"],
+                                        capture_output=True, text=True, env=spec_env, timeout=300)
+        auto, fixed, noted = run("--json"), run("--json", "--threads", str(n)), run()
+    finally:
+        spin.kill()
+        spin.wait()
+    for res in (auto, fixed, noted):
+        assert res.returncode == 0, res.stderr
+    assert 1 <= json.loads(auto.stdout)["threads"] <= n - 1
+    assert json.loads(fixed.stdout)["threads"] == n
+    assert "llama.cpp runs" in noted.stderr and f"--threads {n}" in noted.stderr
