@@ -140,6 +140,32 @@ def test_fast_choice_is_the_reference_choice_on_real_rows(real_rows, monkeypatch
         assert tail_wins > 20  # the tail's path was exercised, not only the head's
 
 
+def test_the_min_p_window_gives_the_general_paths_q_to_the_bit(real_rows, monkeypatch):
+    """With top-k and min-p on (llama.cpp's defaults) q is read from one
+    window below the top: the same ids, z and normaliser, bitwise, as the
+    general path (top-k's window, then top-p and min-p), on real rows and
+    settings where top-p keeps the window whole, cuts into it, and where
+    the window holds more than k."""
+    cfgs = [SamplingConfig(temperature=t, top_k=k, top_p=p, min_p=mp)
+            for t in (0.3, 0.8, 1.5) for k in (1, 5, 40) for p in (1.0, 0.95, 0.5) for mp in (0.01, 0.05, 0.3)]
+    window = fast._dist_under_min_p
+    rows = np.concatenate([real_rows, real_rows * np.float32(0.25)])  # flatter rows: wider windows
+    fired = fell_back = 0
+    for cfg in cfgs:
+        for row in rows:
+            got = window(row, cfg)
+            monkeypatch.setattr(fast, "_dist_under_min_p", lambda x, c: None)
+            general = fast.dist(row, cfg)
+            monkeypatch.setattr(fast, "_dist_under_min_p", window)
+            if got is None:
+                fell_back += 1
+                continue
+            fired += 1
+            assert (got.top, got.m, got.log_z) == (general.top, general.m, general.log_z), cfg
+            assert np.array_equal(got.ids, general.ids) and np.array_equal(got.z, general.z), cfg
+    assert fired > 100 and fell_back > 10, (fired, fell_back)
+
+
 def _candidates(row, n):
     """A row's n largest, in a shuffled order (llama.cpp's come unsorted)."""
     ids = np.argpartition(row, len(row) - n)[len(row) - n:]

@@ -90,9 +90,13 @@ def dist(logits: np.ndarray | Candidates, cfg: SamplingConfig) -> Dist:
     x = np.asarray(logits)
     if x.dtype != np.float32 and x.dtype != np.float64:
         x = x.astype(np.float32)
+    vocab = x.shape[-1]
+    if cfg.min_p > 0.0 and 0 < cfg.top_k < vocab:
+        d = _dist_under_min_p(x, cfg)
+        if d is not None:
+            return d
     top = int(np.argmax(x))
     m = float(x[top])
-    vocab = x.shape[-1]
     ids = None          # the set top-k and top-p leave (None: every token)
     if 0 < cfg.top_k < vocab:
         ids = _top_k_window(x, cfg.top_k)
@@ -100,6 +104,55 @@ def dist(logits: np.ndarray | Candidates, cfg: SamplingConfig) -> Dist:
             ids = _window(x, m, lambda w: len(w) >= cfg.top_k)
         ids = _kth(x, ids, cfg.top_k)
     return _after_top_k(x, top, m, ids, cfg)
+
+
+_NEAR_CAP = 4096  # the min-p window's most tokens: a wider one is read the general way
+
+
+def _dist_under_min_p(x: np.ndarray, cfg: SamplingConfig) -> Dist | None:
+    """`dist` with top-k and min-p both on (llama.cpp's defaults), in one
+    comparison over the row: min-p keeps only tokens within T * log(min_p)
+    of the top, so everything q can hold lies in that window, found below
+    a lower bound of the top (every 16th logit's largest) and then cut at
+    the true top's floor.  The window's values give the argmax (the first
+    of equal tops, as np.argmax), the top-k set where the window holds at
+    least k, and else -- the window is inside top-k's set -- the set itself
+    wherever top-p keeps all of it with the mass of the window alone (top-k's
+    set only adds mass, so the true cut keeps it too), or where top-p may
+    cut into it, top-k's set from the window before the floor's cut when
+    that holds k.  The same ids and the same arithmetic as the general
+    path, so q is the same to the bit; None (read the general way) where
+    none of these holds, or the window is wide."""
+    t = cfg.temperature
+    log_min_p = math.log(cfg.min_p)
+    near = np.flatnonzero(x >= float(x[::_STRIDE].max()) + t * log_min_p)
+    if len(near) > _NEAR_CAP:
+        return None
+    vals = x[near]
+    i = int(np.argmax(vals))
+    top, m = int(near[i]), float(vals[i])
+    floor = m + t * log_min_p
+    keep = vals >= floor
+    ids = near[keep]
+    if len(ids) >= cfg.top_k:  # the k largest are all above the floor: top-k's set, as the general path
+        return _after_top_k(x, top, m, _kth(x, ids, cfg.top_k), cfg)
+    z = vals[keep].astype(np.float64) / t - m / t  # _z of ids
+    e = np.exp(z)  # z's largest is the top's, 0: exp(z - max) as _final takes it
+    # the mass before the least probable of the window, against top-p's share of
+    # the window's mass alone: kept there, it is kept under top-k's larger mass
+    if cfg.top_p < 1.0 and len(ids) > 1 and not float(e.sum()) - float(e.min()) < cfg.top_p * float(e.sum()) * (1.0 - 1e-9):
+        # top-p may cut here, its mass counted over top-k's whole set: the
+        # window (cut below the lower bound) may hold that set too
+        return _after_top_k(x, top, m, _kth(x, near, cfg.top_k), cfg) if len(near) >= cfg.top_k else None
+    return _final(x, t, top, m, ids, z, e)
+
+
+def _final(x: np.ndarray, t: float, top: int, m: float, ids: np.ndarray, z: np.ndarray,
+           e: np.ndarray | None = None) -> Dist:
+    """q over `ids` (ascending), z their _z (e: exp(z - max z), where known): its normaliser."""
+    zmax = z.max()
+    e = np.exp(z - zmax) if e is None else e
+    return Dist(x, t, top, m, ids, z, float(zmax + math.log(e.sum())))
 
 
 def _kth(x: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
@@ -135,9 +188,7 @@ def _after_top_k(x: np.ndarray, top: int, m: float, ids: np.ndarray | None, cfg:
     if ids is None:
         e = _exp_all(x, m, t) if e is None else e
         return Dist(x, t, top, m, None, None, math.log(float(e.sum(dtype=np.float64))), e)
-    z = _z(x, ids, m, t)
-    zmax = z.max()
-    return Dist(x, t, top, m, ids, z, float(zmax + math.log(np.exp(z - zmax).sum())))
+    return _final(x, t, top, m, ids, _z(x, ids, m, t))
 
 
 def _by_id(c: Candidates) -> tuple[np.ndarray, np.ndarray]:
