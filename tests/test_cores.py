@@ -13,12 +13,12 @@ from spec_cli.llama import cores
 LINUX = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="counts from /proc/stat (Linux only)")
 
 
-def test_a_core_is_taken_from_half_of_it_used():
+def test_a_core_is_taken_only_by_a_steady_load():
     assert cores.free(2, None) == 2
-    assert cores.free(2, 0.0) == 2 and cores.free(2, 0.49) == 2
-    assert cores.free(2, 0.5) == 1 and cores.free(2, 1.0) == 1
+    assert cores.free(2, 0.0) == 2 and cores.free(2, 0.5) == 2 and cores.free(2, 0.79) == 2
+    assert cores.free(2, 0.8) == 1 and cores.free(2, 1.0) == 1
     assert cores.free(2, 1.9) == 1 and cores.free(1, 0.9) == 1  # never none
-    assert cores.free(16, 1.2) == 15 and cores.free(16, 3.6) == 12
+    assert cores.free(16, 1.2) == 15 and cores.free(16, 3.6) == 13 and cores.free(16, 3.9) == 12
 
 
 def _spinner():

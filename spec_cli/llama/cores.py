@@ -29,7 +29,11 @@ import time
 
 MIN_WINDOW_S = 0.25   # a shorter start is waited out to this (only a library caller sees it)
 MAX_WINDOW_S = 5.0    # a longer one is not counted from: a fresh window of MIN_WINDOW_S is
-FREE_AT = 0.5         # a core counts as taken when others used more than this of it
+# a core counts as taken when others used this much of it: a wrong "busy" costs
+# more than a wrong "quiet" (this 2-core VM, quiet: a token 83 ms on one thread,
+# 47 on two; one core spinning: 80 on one, 86-108 on two), so only a steady
+# load -- a build, a spinning program -- takes a core, not a moment's blip
+FREE_AT = 0.8
 
 
 def _cores() -> list[int]:
@@ -119,7 +123,7 @@ def free(cores: int, busy: float | None) -> int:
     """Threads for `cores` cores of which others used `busy` cores' worth
     (None: not known, every core): a core counts as taken from FREE_AT of
     it used; at least one."""
-    taken = 0 if busy is None else int(busy + (1.0 - FREE_AT))
+    taken = 0 if busy is None else int(busy) + (busy % 1.0 >= FREE_AT)
     return max(1, cores - taken)
 
 
