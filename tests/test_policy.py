@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from spec_cli.core.policy import CostModel, Policy, expected_tokens
+from spec_cli.core.policy import SHAPE_K, CostModel, Policy, expected_tokens
 from spec_cli.core.verify import verify, verify_greedy
 
 CPU = {1: 0.039, 2: 0.086, 3: 0.109, 4: 0.135, 5: 0.161, 6: 0.181, 7: 0.203}   # measured here
@@ -59,6 +59,64 @@ def test_probes_back_off_while_they_change_nothing():
     probes = [i for i in range(200) if policy.plan("draft", 8)]
     gaps = np.diff(probes)
     assert len(probes) >= 3 and all(b >= a for a, b in zip(gaps, gaps[1:])) and gaps[-1] > gaps[0]
+
+
+def test_sizes_between_measured_ones_follow_the_line_between_them():
+    cm = CostModel.from_timings({1: 0.05, 2: 0.16, 4: 0.38, 8: 0.81}, n_max=8)
+    assert cm.c(3) == pytest.approx(0.27) and not cm.seen(3)
+    cm.observe_verify(1, 0.05)
+    cm.observe_verify(5, 0.10)
+    assert cm.seen(3) and not cm.seen(6)
+    assert cm.c(1) < cm.c(2) < cm.c(3) < cm.c(4) < cm.c(5) < 0.2  # between 1 and 5: the measured line
+    assert cm.c(6) > 0.5  # beyond the sizes measured: the prior's
+
+
+def test_a_curve_that_says_no_lookup_can_pay_is_put_to_the_test():
+    """A first load's noisy curve (a batch of n dearer than n tokens) would
+    keep a lookup from ever drafting; where the size was never measured the
+    lookup looks anyway, and a cheap batch measured turns drafting on.  A
+    look that confirms the curve is not repeated for that size."""
+    noisy = {1: 0.055, 2: 0.162, 4: 0.379, 8: 0.814, 17: 1.79}
+    policy = Policy(CostModel.from_timings(noisy, 17), k_max=16, probe_every=8)
+    policy.observe("none", drafted=0, accepted=0, draft_s=0.0, verify_s=0.055)
+    plans = [policy.plan("ngram4", 8)]
+    while plans[-1] == 0 and len(plans) < 12:
+        plans.append(policy.plan("ngram4", 8))
+    assert plans[0] == 0 and plans[-1] == SHAPE_K
+    assert policy.keep_going("ngram4", [1.0]) and not policy.keep_going("ngram4", [1.0] * SHAPE_K)  # not cut short
+    policy.observe("ngram4", drafted=SHAPE_K, accepted=SHAPE_K, draft_s=0.0, verify_s=0.10)  # memory-bound
+    assert policy.plan("ngram4", SHAPE_K) == SHAPE_K
+    # where the batch measured is as dear as the curve said, the look is not taken again
+    policy = Policy(CostModel.from_timings(noisy, 17), k_max=16, probe_every=8)
+    policy.observe("none", drafted=0, accepted=0, draft_s=0.0, verify_s=0.055)
+    assert SHAPE_K in [policy.plan("ngram4", 8) for _ in range(12)]
+    policy.observe("ngram4", drafted=SHAPE_K, accepted=SHAPE_K, draft_s=0.0, verify_s=0.49)  # compute-bound
+    assert not any(policy.plan("ngram4", 8) for _ in range(500))
+    # a draft model is not made to look (its catch-up and tokens cost): the curve decides
+    policy = Policy(CostModel.from_timings(noisy, 17), k_max=16, probe_every=8)
+    policy.draft_s["draft"] = 0.02
+    assert not any(policy.plan("draft", 8) for _ in range(200))
+
+
+def test_a_lookup_that_pays_at_k_tries_wider_where_the_curve_is_unmeasured():
+    """Drafts of one never measure a batch of four: now and then a lookup
+    drafts up to 2k + 1, and a cheap batch measured there is kept."""
+    noisy = {1: 0.055, 2: 0.075, 4: 0.379, 8: 0.814, 17: 1.79}  # a batch of 4 timed in a busy moment
+    policy = Policy(CostModel.from_timings(noisy, 17), k_max=16)
+    for _ in range(30):
+        policy.observe("ngram4", drafted=1, accepted=1, draft_s=0.0, verify_s=0.075)
+    plans = [policy.plan("ngram4", 8) for _ in range(3 * policy.plain_every)]
+    assert plans[0] == 1 and 3 in plans and set(plans) <= {0, 1, 3}
+    wide = next(i for i, k in enumerate(plans) if k == 3)
+    policy = Policy(CostModel.from_timings(noisy, 17), k_max=16)  # the draft is not cut short by keep_going
+    for _ in range(30):
+        policy.observe("ngram4", drafted=1, accepted=1, draft_s=0.0, verify_s=0.075)
+    for _ in range(wide):
+        policy.plan("ngram4", 8)
+    assert policy.plan("ngram4", 8) == 3 and all(policy.keep_going("ngram4", [1.0] * i) for i in (1, 2))
+    assert not policy.keep_going("ngram4", [1.0] * 3)
+    policy.observe("ngram4", drafted=3, accepted=3, draft_s=0.0, verify_s=0.11)  # memory-bound after all
+    assert policy.plan("ngram4", 3) == 3
 
 
 def test_keep_going_stops_on_low_confidence():

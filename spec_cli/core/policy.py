@@ -13,7 +13,9 @@ turns off when it does not pay and back on when it would:
   * c(n) starts from the curve probed at load (probe.py) and is then learned
     from the real steps: each measurement moves every size with the
     machine's pace, and its own size toward what was measured, so the
-    curve's shape is learned as well as its level.  While drafting, one
+    curve's shape is learned as well as its level -- except a size's first
+    measurement where it is cheaper than the curve said, which is taken as
+    it is (noise only slows a batch: the curve was wrong there).  While drafting, one
     step in `plain_every` goes without, so c(1), the bar to beat, stays
     measured too; a large change of pace makes the next probe come soon;
   * d follows the draft's measured cost per token (0 for n-gram lookup); a
@@ -39,7 +41,13 @@ While drafting is off, a short draft now and then (after `probe_every` steps,
 then twice as long after each look that changes nothing) keeps the
 acceptance estimate honest -- unless even an always-accepted draft could
 not pay, as for a draft model nearly as slow as its target, or could not
-pay back twice the catch-up the look would cost.
+pay back twice the catch-up the look would cost.  A free draft (a lookup)
+still looks where that verdict rests on a batch size never measured: a
+first load's curve is one noisy timing a size, and a curve that says no
+draft can pay would otherwise never be put to the test.  For the same
+reason a free draft that pays at k now and then drafts up to 2k + 1 where
+that size was never measured.  Sizes between two measured ones follow the
+line between them.
 """
 
 from __future__ import annotations
@@ -109,13 +117,31 @@ class CostModel:
         if n in self._seen:
             seconds, pace = self._seen[n]
             return seconds * self.pace / pace
+        # between two sizes measured, the line between them: a first load's
+        # curve is one noisy timing of each size, and what was measured of
+        # its neighbours says more of a size than that
+        below = max((m for m in self._seen if m < n), default=0)
+        above = min((m for m in self._seen if m > n), default=0)
+        if below and above:
+            lo, hi = self.c(below), self.c(above)
+            return lo + (hi - lo) * (n - below) / (above - below)
         return self._prior(n) * self.pace
+
+    def seen(self, n: int) -> bool:
+        """Whether a batch of n has been measured (or lies between sizes that were)."""
+        return n in self._seen or (any(m < n for m in self._seen) and any(m > n for m in self._seen))
 
     def observe_verify(self, n: int, seconds: float) -> None:
         """Learn from a measured batch of n: every size moves with the
         machine's pace (a busy machine slows them all), then size n moves
         toward what was measured (the curve's shape is learned too)."""
         if n < 1 or seconds <= 0:
+            return
+        if n not in self._seen and seconds < self.c(n):
+            # a size's first measurement, cheaper than the curve said: noise only
+            # ever slows a batch, so the curve (a first load's one timing of it, or
+            # a line between sizes) was wrong there, not the machine's pace
+            self._seen[n] = (seconds, self.pace)
             return
         self.pace *= (seconds / self.c(n)) ** PACE_EMA
         now = self.c(n)
@@ -204,6 +230,8 @@ PLAIN_WINDOW = 16
 MIN_DRAFTING, MIN_PLAIN = 8, 4   # evidence before the safeguard judges (plain: else c(1) is the bar)
 MIN_BACK = 4     # probe steps that must win before a stopped proposer drafts again
 PROBE_MARGIN = 2.0
+FREE = 0.02   # a draft costing at most this share of a target token a token is free (a lookup)
+SHAPE_K = 4   # a free look where the curve's size is unmeasured drafts this many (a batch of 5)
 
 
 @dataclass(frozen=True)
@@ -230,6 +258,7 @@ class Policy:
         self.plain_every = plain_every
         self.horizon = 1 << 30   # tokens still to come (the engine keeps it current)
         self._drafting = 0
+        self._wide = 0  # this step's draft is a wider look of this many tokens (_wider)
         self.accept: dict[str, Acceptance] = {}
         self._idle: dict[str, int] = {}
         self._wait: dict[str, int] = {}
@@ -272,6 +301,7 @@ class Policy:
         `candidates` are what the proposers could draft now (each with
         `source`, `limit` and `setup_s`, see proposers.Candidate).  Returns
         (candidate, k), or (None, 0) for a plain step."""
+        self._wide = 0
         best, best_rate = None, 1.0 / self.cost.c(1)
         for cand in candidates:
             n = min(limit, cand.limit, self.k_max)
@@ -288,12 +318,34 @@ class Policy:
             self._drafting += 1
             if self._drafting % self.plain_every == 0:
                 return None, 0  # a plain step now and then keeps c(1), the bar to beat, measured
-            return best
+            cand, k = best
+            return cand, self._wider(cand, k, min(limit, cand.limit, self.k_max))
         for cand in candidates:
             k = self._probe(cand, min(limit, cand.limit, self.k_max))
             if k > 0:
                 return cand, k
         return None, 0
+
+    def _free(self, cand) -> bool:
+        """A draft that costs next to nothing (a lookup: its host time only)."""
+        return cand.setup_s == 0.0 and self.draft_s.get(cand.source, 0.0) <= FREE * self.cost.c(1)
+
+    def _wider(self, cand, k: int, n: int) -> int:
+        """k, or now and then (after `plain_every` steps, then twice as
+        long after each time) a free draft of up to 2k + 1 where that batch
+        size was never measured: the curve there may be a noisy first
+        load's, and drafts of k never measure it."""
+        wide = min(n, 2 * k + 1)
+        if wide <= k or not self._free(cand) or self.cost.seen(wide + 1):
+            return k
+        key = cand.source + " wider"
+        idle, wait = self._idle.get(key, 0) + 1, self._wait.get(key, self.plain_every)
+        if idle < wait:
+            self._idle[key] = idle
+            return k
+        self._idle[key], self._wait[key] = 0, min(wait * 2, 1024)
+        self._wide = wide
+        return wide
 
     def _probe(self, cand, n: int) -> int:
         """Not worth it on what we know, or the clock says it is losing.  If
@@ -309,6 +361,12 @@ class Policy:
         # a look that costs a catch-up (a draft model reading what it missed)
         # is taken only where an always-accepted draft would pay it back twice
         ideal = next((k for k in range(1, n + 1) if self._saves([1.0] * k, d, PROBE_MARGIN * cand.setup_s)), 0)
+        shape = ideal == 0 and self._free(cand) and not self.cost.seen(min(n, SHAPE_K) + 1)
+        if shape:
+            # a free draft that the curve says cannot pay, where that size was never
+            # measured: the curve may be a noisy first load's, and only a draft of
+            # that length measures it (then the look backs off like any other)
+            ideal = min(n, SHAPE_K)
         if ideal == 0:
             return 0
         idle = self._idle.get(source, 0) + 1
@@ -323,6 +381,8 @@ class Policy:
         self._idle[source] = 0
         self._wait[source] = min(wait * 2, 1024)
         self._pace_then[source] = self.cost.pace
+        if shape:
+            self._wide = ideal
         return ideal
 
     def plan(self, source: str, limit: int, *, setup_s: float = 0.0) -> int:
@@ -335,6 +395,8 @@ class Policy:
         k = len(chain)
         if k >= self.k_max:
             return False
+        if k < self._wide:
+            return True  # a wider look (see _wider) goes its whole length: that size is what it measures
         d = self.draft_s.get(proposer, 0.0)
         nxt = self.chances(proposer)[k]
         return self.cost.rate(chain + [nxt], d) > self.cost.rate(chain, d)
