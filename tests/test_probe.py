@@ -139,3 +139,30 @@ def test_the_command_leaves_out_a_draft_that_cannot_pay_and_says_so(smollm_path,
     assert "is not loaded" in out.stderr and "lookup drafts alone" in out.stderr
     out = subprocess.run([*args, "--proposer", "draft"], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "is not loaded" not in out.stderr, out.stderr
+
+
+@pytest.mark.pair
+def test_a_first_run_loads_the_draft_only_once_the_targets_first_costs_say_it_could_pay(target_path, draft_path,
+                                                                                       state, monkeypatch):
+    """Nothing known yet: the draft is not loaded beside the target but
+    after its first costs are timed (here given, so both verdicts show),
+    and left out where they say it could never pay."""
+    from spec_cli.run.config import PairConfig
+    from spec_cli.run.runner import load_pair
+
+    cfg = PairConfig(target=str(target_path), draft=str(draft_path), proposer="hybrid", ctx=512)
+    timings = {"compute-bound": {n: [0.01 * n] for n in probe.SIZES},  # a batch costs what its tokens do
+               "batches nearly free": {n: [0.01 + 0.0002 * n] for n in probe.SIZES}}
+    for name, curve in timings.items():
+        if state.exists():
+            state.unlink()
+        monkeypatch.setattr(probe, "time_sizes", lambda model, sizes=probe.SIZES, curve=curve, **kw: curve)
+        pair = load_pair(cfg)
+        try:
+            left_out = [n for n in pair.notes if "is not loaded" in n]
+            if name == "compute-bound":
+                assert pair.draft is None and not pair.draft_pays and left_out, pair.notes
+            else:
+                assert pair.draft is not None and pair.draft_pays and not left_out, pair.notes
+        finally:
+            pair.close()

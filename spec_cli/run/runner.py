@@ -8,6 +8,7 @@ generation on the pair.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from ..llama.backend import LoadConfig, Model
@@ -142,8 +143,10 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
     if use_mtp and draft_arg is None:
         notes.append(f"note: {target_path.name} drafts with its own multi-token-prediction layers "
                      f"({n_mtp} block{'s' if n_mtp > 1 else ''}; no draft model)")
-    draft_pays = True
-    if draft_path is not None and cfg.proposer == "hybrid":
+    draft_pays, defer = True, False
+
+    def leave_out_if_unpaying() -> None:
+        nonlocal draft_pays, draft_path
         unpaying = probe.draft_cannot_pay(target_path, target_cfg, draft_path, draft_cfg)
         # left out only once it is known to fit (else it loads, and the pair check says why not)
         if unpaying and token_digest(target_path) == token_digest(draft_path) is not None:
@@ -152,12 +155,30 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
                 notes.append(f"note: {draft_arg} is not loaded: {unpaying}; the lookup drafts alone "
                              "(--proposer draft runs it anyway)")
                 draft_path = None
-    target, draft, why = _load_both((target_path, target_cfg), draft_path and (draft_path, draft_cfg))
-    try:
+
+    if draft_path is not None and cfg.proposer == "hybrid":
+        # nothing known of this target here yet (a first run): the draft waits for
+        # the target's first costs, which may show it could never pay, so that a
+        # first run on a CPU does not pay for loading it beside the target
+        defer = cfg.draft_if_it_pays and probe.recall(target_path, target_cfg) is None
+        if not defer:
+            leave_out_if_unpaying()
+    target, draft, why = _load_both((target_path, target_cfg), None if defer else draft_path and (draft_path, draft_cfg))
+
+    def refuse_unfitting() -> None:
         if why:
             raise SpecError(f"{draft_arg} cannot draft for {cfg.target}: {why}",
                             hint=_fitting_drafts_hint(cfg.target, registry))
+
+    try:
+        refuse_unfitting()
         probe.load(target)  # the cost model's prior: what earlier runs learned (timed briefly the first time)
+        if defer:
+            leave_out_if_unpaying()
+            if draft_path is not None:
+                draft, same_tokens = _load_draft(target_path, (draft_path, draft_cfg))
+                why = target.vocab_difference(draft, texts=not same_tokens)
+                refuse_unfitting()
         if draft is not None:
             probe.load(draft, like=target)  # the draft's cost per token
     except BaseException:
@@ -169,6 +190,14 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
                 mtp=use_mtp)
 
 
+def _load_draft(target_path: Path, draft_args) -> tuple[Model, bool]:
+    """The draft model, and whether its token array is byte for byte the target's."""
+    from ..llama.gguf import token_digest
+
+    draft = Model(*draft_args)
+    return draft, token_digest(target_path) == token_digest(draft_args[0]) is not None
+
+
 def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None]:
     """Load the target here and the draft in a thread beside it (llama.cpp
     releases the GIL while it loads), so the draft costs no wait of its
@@ -176,16 +205,13 @@ def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None
     models and why the draft cannot draft for the target (None: it can)."""
     import threading
 
-    from ..llama.gguf import token_digest
-
     if not draft_args:
         return Model(*target_args), None, None
     box: dict = {}
 
     def load_draft():
         try:
-            box["draft"] = Model(*draft_args)
-            box["same_tokens"] = token_digest(target_args[0]) == token_digest(draft_args[0]) is not None
+            box["draft"], box["same_tokens"] = _load_draft(target_args[0], draft_args)
         except BaseException as e:  # handed to the main thread
             box["error"] = e
 
