@@ -45,7 +45,7 @@ DraftMax = Annotated[int, typer.Option("--draft-max", min=0, help="Most tokens d
 PMin = Annotated[float, typer.Option("--p-min", min=0.0, max=1.0,
                                      help="Stop drafting when the draft's top probability falls below this.")]
 Ctx = Annotated[int, typer.Option("--ctx", min=64, help="Context size in tokens, for both models.")]
-Threads = Annotated[int, typer.Option("--threads", min=0, help="CPU threads (0 = every core other programs leave free as spec-cli starts).")]
+Threads = Annotated[int, typer.Option("--threads", min=0, help="CPU threads (0 = the cores other programs leave free).")]
 GpuLayers = Annotated[int, typer.Option("--gpu-layers", help="Target layers on the GPU (-1 = all).")]
 DraftGpuLayers = Annotated[int, typer.Option("--draft-gpu-layers", help="Draft layers on the GPU (-1 = all).")]
 Deterministic = Annotated[bool, typer.Option(

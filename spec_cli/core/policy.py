@@ -15,9 +15,10 @@ turns off when it does not pay and back on when it would:
     machine's pace, and its own size toward what was measured, so the
     curve's shape is learned as well as its level -- except a size's first
     measurement where it is cheaper than the curve said, which is taken as
-    it is (noise only slows a batch: the curve was wrong there).  While drafting, one
-    step in `plain_every` goes without, so c(1), the bar to beat, stays
-    measured too; a large change of pace makes the next probe come soon;
+    it is (noise only slows a batch: the curve was wrong there).  While
+    drafting, one step in `plain_every` goes without, so c(1), the bar to
+    beat, stays measured too; a large change of pace makes the next probe
+    come soon;
   * d follows the draft's measured cost per token (0 for n-gram lookup); a
     draft model that has not read the prompt yet is charged its catch-up
     once, against the time it would save over the tokens still to come;
