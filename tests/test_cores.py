@@ -30,6 +30,8 @@ def test_a_spinning_program_is_counted_and_this_process_is_not():
     quiet_mark = cores._Mark()
     time.sleep(0.5)
     baseline = cores.others_busy(quiet_mark)  # what else this machine runs now (CI may be busy)
+    if baseline > len(cores._cores()) - 1.2:
+        pytest.skip(f"other programs keep {baseline:.1f} cores busy: no free core to see a spinner on")
     spin = _spinner()
     try:
         time.sleep(0.3)
