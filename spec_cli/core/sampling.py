@@ -177,11 +177,7 @@ def _after_top_k(x: np.ndarray, top: int, m: float, ids: np.ndarray | None, cfg:
             ids = _window(x, m, lambda w: _mass(x, w, m, t) >= cfg.top_p * total)
         else:
             total = _mass(x, ids, m, t)
-        z = _z(x, ids, m, t)
-        order = np.argsort(-z, kind="stable")
-        sorted_p = np.exp(z[order]) / total
-        # keep a token if the mass *before* it is still below top_p
-        ids = np.sort(ids[order[(np.cumsum(sorted_p) - sorted_p) < cfg.top_p]])
+        ids = ids[_top_p_kept(_z(x, ids, m, t), total, cfg.top_p)]
     if cfg.min_p > 0.0:  # p >= min_p * p_max, as a threshold on the logits
         floor = m + t * math.log(cfg.min_p)
         ids = np.flatnonzero(x >= floor) if ids is None else ids[x[ids] >= floor]
@@ -189,6 +185,14 @@ def _after_top_k(x: np.ndarray, top: int, m: float, ids: np.ndarray | None, cfg:
         e = _exp_all(x, m, t) if e is None else e
         return Dist(x, t, top, m, None, None, math.log(float(e.sum(dtype=np.float64))), e)
     return _final(x, t, top, m, ids, _z(x, ids, m, t))
+
+
+def _top_p_kept(z: np.ndarray, total: float, top_p: float) -> np.ndarray:
+    """Where top-p keeps a token, as ascending positions in z (their _z;
+    `total` the mass it counts): while the mass *before* it is below top_p."""
+    order = np.argsort(-z, kind="stable")
+    sorted_p = np.exp(z[order]) / total
+    return np.sort(order[(np.cumsum(sorted_p) - sorted_p) < top_p])
 
 
 def _by_id(c: Candidates) -> tuple[np.ndarray, np.ndarray]:
@@ -227,17 +231,12 @@ def _dist_of_candidates(c: Candidates, cfg: SamplingConfig) -> Dist:
     zc = x.astype(np.float64) / t - m / t  # _z of every candidate
     n = len(x)
     sel = np.arange(n) if n <= k else np.flatnonzero(x >= np.partition(x, n - k)[n - k])
-    z = zc[sel]
     if cfg.top_p < 1.0:
-        total = float(np.exp(z).sum())
-        order = np.argsort(-z, kind="stable")
-        sorted_p = np.exp(z[order]) / total
-        sel = np.sort(sel[order[(np.cumsum(sorted_p) - sorted_p) < cfg.top_p]])
+        z = zc[sel]
+        sel = sel[_top_p_kept(z, float(np.exp(z).sum()), cfg.top_p)]
     if cfg.min_p > 0.0:
         sel = sel[x[sel] >= m + t * math.log(cfg.min_p)]
-    z = zc[sel]
-    zmax = z.max()
-    return Dist(x, t, int(ids[top]), m, ids[sel], z, float(zmax + math.log(np.exp(z - zmax).sum())))
+    return _final(x, t, int(ids[top]), m, ids[sel], zc[sel])
 
 
 def _window(x: np.ndarray, m: float, enough) -> np.ndarray:
