@@ -730,9 +730,7 @@ def fingerprint(path: Path, cfg: LoadConfig, numbers: str | None = None) -> str:
     """A model's key in the state files, also for a model not loaded yet
     (then its numerics follow from `cfg` as Model.__init__ sets them)."""
     if numbers is None:
-        cparams = llama_cpp.llama_context_default_params()
-        if cfg.deterministic:
-            cparams.flash_attn_type, cparams.type_k, cparams.type_v = 1, _Q8_0, _Q8_0
+        cparams = _context_params(cfg, cfg.n_batch, cores.threads(cfg.n_threads))
         extra = cfg.extra_bufts
         if extra is None:
             from .cpucheck import verdict

@@ -169,7 +169,7 @@ class DraftModel:
         return self.own_sampling or self.decoding.sampling
 
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
-        self._behind = len(context) - common_prefix(self.model.tokens, context)  # draft() reuses it
+        self._behind = len(context) - common_prefix(self._cached(), context)  # draft() reuses it
         return [Candidate(self.name, self.model.n_ctx - len(context), self.catch_up_s(self._behind))]
 
     def draft(self, context: Sequence[int], cand: Candidate, k: int,
@@ -215,6 +215,10 @@ class DraftModel:
     # what the loop above asks of the model: the logits after `context`,
     # then after each draft token; the KV cache keeps the drafts (the next
     # call cuts it back to what it shares with the context)
+    def _cached(self) -> list[int]:
+        """The tokens the drafting cache holds (what a draft need not read again)."""
+        return self.model.tokens
+
     def _start(self, context: Sequence[int]) -> np.ndarray:
         return self.model.catch_up(context, logits_last=True, copy=False, candidates=True)
 
@@ -281,9 +285,8 @@ class MTPDraft(DraftModel):
             return 0.0
         return 0.25 * tokens * self.per_token()  # a batch reads a token for a fraction of one alone
 
-    def candidates(self, context: Sequence[int]) -> list[Candidate]:
-        self._behind = len(context) - common_prefix(self.head.tokens, context)
-        return [Candidate(self.name, self.target.n_ctx - len(context), self.catch_up_s(self._behind))]
+    def _cached(self) -> list[int]:
+        return self.head.tokens
 
     def _start(self, context: Sequence[int]) -> np.ndarray:
         head, target = self.head, self.target
