@@ -97,7 +97,7 @@ def test_a_draft_that_could_never_pay_here_is_not_loaded(state, tmp_path):
     target, draft = tmp_path / "target.gguf", tmp_path / "draft.gguf"
     target.write_bytes(b"GGUF" + bytes(1100))
     draft.write_bytes(b"GGUF" + bytes(450))
-    cfg = LoadConfig(extra_bufts=True)
+    cfg = LoadConfig(extra_bufts="all")
     assert probe.draft_cannot_pay(target, cfg, draft, cfg) is None  # nothing known yet: load it
     state.parent.mkdir(parents=True)
 

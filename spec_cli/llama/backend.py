@@ -26,7 +26,7 @@ import numpy as np
 import llama_cpp
 
 from ..core.sampling import Candidates
-from . import cores
+from . import bufts, cores
 from ..errors import SpecError
 
 _GGUF_MAGIC = b"GGUF"
@@ -53,9 +53,10 @@ class LoadConfig:
     # tokens differently, which the cap excludes, and turning it off costs
     # a fifth of single-token speed here.
     deterministic: bool = False
-    # ggml-cpu's extra buffer types (weight repacking, AMX); None: as
-    # cpucheck.py decides for this build and CPU (off where AMX faults)
-    extra_bufts: bool | None = None
+    # ggml-cpu's extra buffer types, one of bufts.MODES ("all": AMX and
+    # weight repacking as llama.cpp chooses, "repack": repacking without
+    # AMX, "none"); None: as cpucheck.py decides for this build and CPU
+    extra_bufts: str | None = None
     # sequences in the context, each with its own KV cache of n_ctx tokens
     # (llama.cpp's non-unified cache: a sequence attends over its own cells only)
     n_seq: int = 1
@@ -126,13 +127,14 @@ class Model:
         mparams.n_gpu_layers = cfg.gpu_layers if cfg.gpu_layers >= 0 else 1_000_000
         mparams.load_mtp = cfg.mtp
         self.note = None  # a line for the user about how the model was loaded
-        if cfg.extra_bufts is None:
+        self.bufts = cfg.extra_bufts
+        if self.bufts is None:
             from .cpucheck import verdict
             decided = verdict(self.path)
-            mparams.use_extra_bufts, self.note = decided.extra_bufts, decided.note
-        else:
-            mparams.use_extra_bufts = cfg.extra_bufts
+            self.bufts, self.note = decided.bufts, decided.note
+        overrides = bufts.apply(mparams, self.bufts, self.path)
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        del overrides
         if not self._model:
             raise SpecError(f"llama.cpp could not load {self.path}",
                             hint="The file may be truncated or of an architecture this "
@@ -156,8 +158,8 @@ class Model:
             cparams.n_rs_seq = cfg.rs_snapshots  # llama.cpp sets 0 where the architecture cannot
         # a verify batch's rows with a backend sampler attached (candidates_k)
         cparams.n_outputs_max_per_seq = CANDIDATE_ROWS
-        self.numerics = numerics(cparams, mparams.use_extra_bufts)
-        self.extra_bufts, self.flash_attn_type = bool(mparams.use_extra_bufts), int(cparams.flash_attn_type)
+        self.numerics = numerics(cparams, self.bufts)
+        self.flash_attn_type = int(cparams.flash_attn_type)
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
@@ -721,9 +723,10 @@ def decode_seconds() -> float:
     return _decode_s
 
 
-def numerics(cparams, extra_bufts: bool) -> str:
+def numerics(cparams, mode: str) -> str:
     """What decides the kernels: part of what a remembered cost is valid for."""
-    return f"fa={cparams.flash_attn_type}|kv={cparams.type_k}/{cparams.type_v}|repack={int(extra_bufts)}"
+    repack = {"all": "1", "repack": "noamx", "none": "0"}[mode]
+    return f"fa={cparams.flash_attn_type}|kv={cparams.type_k}/{cparams.type_v}|repack={repack}"
 
 
 def fingerprint(path: Path, cfg: LoadConfig, numbers: str | None = None) -> str:
@@ -731,11 +734,11 @@ def fingerprint(path: Path, cfg: LoadConfig, numbers: str | None = None) -> str:
     (then its numerics follow from `cfg` as Model.__init__ sets them)."""
     if numbers is None:
         cparams = _context_params(cfg, cfg.n_batch, cores.threads(cfg.n_threads))
-        extra = cfg.extra_bufts
-        if extra is None:
+        mode = cfg.extra_bufts
+        if mode is None:
             from .cpucheck import verdict
-            extra = verdict(path).extra_bufts
-        numbers = numerics(cparams, extra)
+            mode = verdict(path).bufts
+        numbers = numerics(cparams, mode)
     st = path.stat()
     return (f"{path.resolve()}|{st.st_size}|{int(st.st_mtime)}|"
             f"{llama_cpp.__version__}|gpu={cfg.gpu_layers}|threads={cores.threads(cfg.n_threads)}|"

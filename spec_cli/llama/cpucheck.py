@@ -5,19 +5,20 @@ A default build of llama-cpp-python compiles ggml for the CPU it was built
 on (`GGML_NATIVE`).  Two things then crash with SIGILL at the first batch:
 on some Intel Xeons (often VMs) the AMX kernels, which ggml runs as one of
 its CPU "extra buffer types", fault (llama.cpp PR 26954: tile permission is
-asked on the main thread only); and a wheel built on another machine (pip
-caches it) may use instructions this CPU lacks.  So where the build
-reports AMX, or a feature /proc/cpuinfo does not list, a child loads the
-model and decodes one small batch: if it dies of a signal, a second child
-tries without the extra buffer types; if that works, models load that way
-here (a note says so and how to rebuild for full speed), else spec-cli
-stops with one line saying what to do.  The answer is kept in the state
-directory per build and CPU, so the check costs one child process once.
+asked on the main thread only, and the tile config can be optimised away);
+and a wheel built on another machine (pip caches it) may use instructions
+this CPU lacks.  So where the build reports AMX, or a feature /proc/cpuinfo
+does not list, a child loads the model and decodes one small batch with
+each of bufts.py's modes in turn, "all" (llama.cpp's own choice), "repack"
+(weight repacking without AMX) and "none", until one does not die of a
+signal; models load that way here (a note says so), and if none runs,
+spec-cli stops with one line saying what to do.  The answer is kept in the
+state directory per build and CPU, so the check costs its children once.
 
-`SPEC_CLI_EXTRA_BUFTS=0|1` decides by hand; `SPEC_CLI_CPU_CHECK=1` runs the
-check even where the build's features look safe (and ignores a kept
-answer).  `python -m spec_cli.llama.cpucheck MODEL.gguf [--no-extra-bufts]`
-is the child.
+`SPEC_CLI_EXTRA_BUFTS=1|repack|0` decides by hand ("all", "repack",
+"none"); `SPEC_CLI_CPU_CHECK=1` runs the check even where the build's
+features look safe (and ignores a kept answer).  `python -m
+spec_cli.llama.cpucheck MODEL.gguf [all|repack|none]` is the child.
 """
 
 from __future__ import annotations
@@ -37,17 +38,22 @@ FLAGS = {"SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX2": "avx2", "F16C": 
          "BMI2": "bmi2", "AVX_VNNI": "avx_vnni", "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi",
          "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8"}
 TIMEOUT_S = 120
-STATE = "cpu.json"  # in the state directory: build and CPU -> whether the extra buffer types run
+STATE = "cpu.json"  # in the state directory: build and CPU -> the first of bufts.MODES that runs
 NATIVE_OFF = ('CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON '
               '-DGGML_BMI2=ON -DGGML_AVX512=ON"')  # the AVX512 flag only where the CPU has it
 REBUILD = (f"{NATIVE_OFF} pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36")
-NOTE = ("note: this llama.cpp build's AMX kernels crash on this CPU, so models load without ggml's extra "
-        "buffer types (no AMX, no weight repacking: slower). For full speed, rebuild without AMX: " + REBUILD)
+NOTES = {
+    "repack": "note: this llama.cpp build's AMX kernels crash on this CPU, so models load without them "
+              "(weights repacked for its AVX kernels, as a build without AMX would)",
+    "none": "note: this llama.cpp build's extra CPU kernels (AMX, weight repacking) crash on this CPU, so "
+            "models load without them (slower). For full speed, rebuild without AMX: " + REBUILD,
+}
+_BY_HAND = {"1": "all", "all": "all", "repack": "repack", "0": "none", "none": "none"}
 
 
 @dataclass(frozen=True)
 class Verdict:
-    extra_bufts: bool         # load with ggml's extra buffer types
+    bufts: str                # how weights load: one of bufts.MODES
     note: str | None = None   # what the user is told, once per command
 
 
@@ -99,14 +105,12 @@ def _key() -> str:
                       if l.startswith(("model name", "flags", "Features")))[:4096]
     except OSError:
         pass
-    return hashlib.sha256("|".join([llama_cpp.__version__, *stamp, cpu]).encode()).hexdigest()[:32]
+    return hashlib.sha256("|".join([llama_cpp.__version__, *stamp, cpu, "modes=2"]).encode()).hexdigest()[:32]
 
 
-def _child(model: Path, *, extra_bufts: bool) -> int:
+def _child(model: Path, mode: str) -> int:
     """Run one small batch in a child; its exit status (negative: a signal)."""
-    cmd = [sys.executable, "-m", "spec_cli.llama.cpucheck", str(model)]
-    if not extra_bufts:
-        cmd.append("--no-extra-bufts")
+    cmd = [sys.executable, "-m", "spec_cli.llama.cpucheck", str(model), mode]
     try:
         return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, timeout=TIMEOUT_S).returncode
@@ -123,34 +127,34 @@ def _signal_name(code: int) -> str:
 
 def verdict(model: Path) -> Verdict:
     """How models load here: decided by hand, kept from an earlier check,
-    or checked now in a child process on `model`."""
+    or checked now in child processes on `model`."""
     forced = os.environ.get("SPEC_CLI_EXTRA_BUFTS")
-    if forced in ("0", "1"):
-        return Verdict(forced == "1")
+    if forced in _BY_HAND:
+        return Verdict(_BY_HAND[forced])
     force_check = os.environ.get("SPEC_CLI_CPU_CHECK") == "1"
     if not force_check and not needs_check(build_features(), cpu_flags()):
-        return Verdict(True)
+        return Verdict("all")
     from ..files import read_state, write_state
+    from .bufts import MODES
 
     key = _key()
     known = read_state(STATE)
-    if key in known and not force_check:
-        return Verdict(bool(known[key]), None if known[key] else NOTE)
-    code = _child(model, extra_bufts=True)
-    if code > 0:
-        return Verdict(True)  # it failed in a way of its own (a bad file?): the real load will say why
-    if code == 0:
-        extra = True
+    if known.get(key) in MODES and not force_check:
+        return Verdict(known[key], NOTES.get(known[key]))
+    for mode in MODES:
+        code = _child(model, mode)
+        if code == 0:
+            break
+        if code > 0 and mode == "all":
+            return Verdict("all")  # it failed in a way of its own (a bad file?): the real load will say why
     else:
-        second = _child(model, extra_bufts=False)
-        if second < 0:
-            raise SpecError(f"llama.cpp crashed ({_signal_name(second)}) running a batch on this CPU: this "
-                            "llama-cpp-python build uses instructions the CPU does not run (built for "
-                            "another machine?)", hint=f"Rebuild it here: {REBUILD}")
-        extra = False
-    known[key] = extra
+        what = _signal_name(code) if code < 0 else f"exit status {code}"
+        raise SpecError(f"llama.cpp crashed ({what}) running a batch on this CPU: this "
+                        "llama-cpp-python build uses instructions the CPU does not run (built for "
+                        "another machine?)", hint=f"Rebuild it here: {REBUILD}")
+    known[key] = mode
     write_state(STATE, known)
-    return Verdict(extra, None if extra else NOTE)
+    return Verdict(mode, NOTES.get(mode))
 
 
 def illegal_instruction() -> None:
@@ -168,14 +172,17 @@ def illegal_instruction() -> None:
 
 
 def _main(argv: list[str]) -> int:
-    """The child: load the model as spec-cli would and decode one batch."""
+    """The child: load the model as spec-cli would, in the given mode, and
+    decode one batch."""
     from .backend import LoadConfig, Model
 
-    extra = "--no-extra-bufts" not in argv
-    # the tests' stand-in for a build whose extra buffer types fault here
-    if extra and os.environ.get("SPEC_CLI_TEST_FAULT") == "extra-bufts":
+    mode = argv[1] if len(argv) > 1 else "all"
+    # the tests' stand-ins for a build whose AMX kernels ("extra-bufts"), or
+    # whose repacking too ("repack"), fault here
+    fault = os.environ.get("SPEC_CLI_TEST_FAULT")
+    if (mode == "all" and fault in ("extra-bufts", "repack")) or (mode == "repack" and fault == "repack"):
         illegal_instruction()
-    with Model(argv[0], LoadConfig(n_ctx=256, n_batch=64, extra_bufts=extra)) as m:
+    with Model(argv[0], LoadConfig(n_ctx=256, n_batch=64, extra_bufts=mode)) as m:
         tokens = (m.tokenize("def f(x):\n    return x * 2\n", add_special=False) * 8)[:16]
         m.decode(tokens, logits_from=0)
     return 0

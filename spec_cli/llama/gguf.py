@@ -1,7 +1,7 @@
 """Just enough of the GGUF header to compare two files' vocabularies
-without loading either: the raw bytes of `tokenizer.ggml.tokens`; and
-whether a file has multi-token-prediction layers (`mtp_layers`), which
-decides how it is loaded.
+without loading either: the raw bytes of `tokenizer.ggml.tokens`; whether
+a file has multi-token-prediction layers (`mtp_layers`), which decides how
+it is loaded; and its tensors' names, types and shapes (`tensors`).
 
 Two files whose token arrays are byte for byte the same have the same text
 for every token id, which is the expensive part of a pair check
@@ -113,3 +113,28 @@ def mtp_layers(path: str | Path) -> int:
     except (OSError, ValueError, struct.error):
         return 0
     return 0
+
+
+def tensors(path: str | Path) -> list[tuple[str, int, tuple[int, ...]]]:
+    """Each tensor's (name, ggml type id, shape in ggml's order: ne[0]
+    first); [] where the file cannot be read or is not a GGUF v2/v3."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            r = _Reader(buf)
+            if buf[:4] != b"GGUF" or struct.unpack_from("<I", buf, 4)[0] not in (2, 3):
+                return []
+            r.pos = 8
+            n_tensors, n_kv = r.u64(), r.u64()
+            for _ in range(n_kv):
+                r.string()
+                r.skip(r.u32())
+            out = []
+            for _ in range(n_tensors):
+                name = r.string().decode("utf-8", "replace")
+                dims = tuple(r.u64() for _ in range(r.u32()))
+                kind = r.u32()
+                r.u64()  # offset
+                out.append((name, kind, dims))
+            return out
+    except (OSError, ValueError, struct.error):
+        return []

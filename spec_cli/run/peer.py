@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import SpecError
+from ..llama import bufts
 
 PEERS = ("llama-cpp-python",)
 
@@ -63,16 +64,19 @@ class Peer:
 @contextlib.contextmanager
 def _as_spec_cli_loads(target):
     """Llama() sets use_extra_bufts and flash attention itself; for the
-    peer to run the same kernels, lend it spec-cli's choices while it loads."""
+    peer to run the same kernels, lend it spec-cli's choices (the buffer
+    types, with their overrides) while it loads."""
     import llama_cpp.llama as llama_mod
 
     lib = llama_mod.llama_cpp
     default_params = lib.llama_model_default_params
     disabled = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
 
+    keep = []
+
     def params():
         p = default_params()
-        p.use_extra_bufts = target.extra_bufts
+        keep.append(bufts.apply(p, target.bufts, target.path))
         return p
     lib.llama_model_default_params = params
     lib.LLAMA_FLASH_ATTN_TYPE_DISABLED = target.flash_attn_type

@@ -133,12 +133,12 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
 
     verdict = cpucheck.verdict(min((p for p in (target_path, draft_path) if p is not None), key=_size))
     target_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.gpu_layers,
-                            deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts, n_seq=cfg.seqs,
+                            deterministic=cfg.deterministic, extra_bufts=verdict.bufts, n_seq=cfg.seqs,
                             mtp=use_mtp)
     # the draft's numerics decide acceptance, never the output; the same
     # mode as the target's keeps a model drafting for itself always right
     draft_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.draft_gpu_layers,
-                           deterministic=cfg.deterministic, extra_bufts=verdict.extra_bufts, n_seq=cfg.seqs)
+                           deterministic=cfg.deterministic, extra_bufts=verdict.bufts, n_seq=cfg.seqs)
     notes = [n for n in (verdict.note, cores.note(cfg.threads)) if n]
     if use_mtp and draft_arg is None:
         notes.append(f"note: {target_path.name} drafts with its own multi-token-prediction layers "
