@@ -1,5 +1,6 @@
 """Pure pieces: statistics, n-gram lookup, stop strings."""
 
+import numpy as np
 import pytest
 
 from spec_cli.run.engine import StopMatcher
@@ -247,3 +248,37 @@ def test_message_contents_are_found_in_the_rendered_chat():
         spans = content_spans(rendered, marked, contents)
         assert [rendered[a:b] for a, b in spans] == [rewrite(c) for c in contents]
     assert content_spans(render(contents, str.upper), render(marks, str.upper), contents) is None
+
+
+def _tiny_gguf(path, tokens, mtp):
+    import gguf as gguf_writer
+
+    w = gguf_writer.GGUFWriter(str(path), "llama")
+    w.add_token_list(tokens)
+    w.add_uint32("llama.nextn_predict_layers", mtp)
+    w.add_tensor("output.weight", np.zeros((16, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_a_files_gguf_facts_are_read_once_and_again_when_it_changes(tmp_path, monkeypatch):
+    """token_digest and mtp_layers walk a 150 K-token header each run; they
+    are kept per file, size and mtime, and a changed file is read again."""
+    import os
+
+    from spec_cli.llama import gguf
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    f = tmp_path / "m.gguf"
+    _tiny_gguf(f, ["ab", "cd"], 1)
+    digest = gguf.token_digest(f)
+    assert digest[0] == 2 and gguf.mtp_layers(f) == 1
+    assert gguf.tensors(f) == [("output.weight", 0, (8, 16))]
+    st = os.stat(f)
+    _tiny_gguf(f, ["xy", "zw"], 3)  # same size; put its mtime back: the kept facts are used
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert gguf.token_digest(f) == digest and gguf.mtp_layers(f) == 1
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert gguf.token_digest(f) != digest and gguf.token_digest(f)[0] == 2 and gguf.mtp_layers(f) == 3

@@ -6,13 +6,16 @@ it is loaded; and its tensors' names, types and shapes (`tensors`).
 Two files whose token arrays are byte for byte the same have the same text
 for every token id, which is the expensive part of a pair check
 (backend.vocab_difference reads 150 K tokens through llama.cpp); reading
-the array here costs a walk over its string lengths.
+the array here costs a walk over its string lengths (~60 ms on Qwen's
+150 K tokens), so what `token_digest` and `mtp_layers` read is kept in the
+state directory per file, size and modification time.
 """
 
 from __future__ import annotations
 
 import hashlib
 import mmap
+import os
 import struct
 from pathlib import Path
 
@@ -70,7 +73,35 @@ class _Reader:
         self.pos = pos
 
 
-def token_digest(path: str | Path) -> tuple[int, str] | None:
+FACTS = "gguf.json"  # in the state directory: file|size|mtime -> {"tokens": [...], "mtp": n}
+_KEEP = 64           # files remembered
+
+
+def _remembered(what: str, read):
+    """`read(path)`, kept in the state directory for this file as it is now."""
+    def cached(path: str | Path):
+        from ..files import read_state, write_state
+
+        try:
+            st = os.stat(path)
+        except OSError:
+            return read(path)
+        key = f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}"
+        known = read_state(FACTS)
+        entry = known.get(key)
+        if isinstance(entry, dict) and what in entry:
+            value = entry[what]
+            return tuple(value) if isinstance(value, list) else value
+        value = read(path)
+        known.pop(key, None)
+        known[key] = dict(entry if isinstance(entry, dict) else {}, **{what: value})
+        write_state(FACTS, dict(list(known.items())[-_KEEP:]))
+        return value
+    cached.__doc__ = read.__doc__
+    return cached
+
+
+def _token_digest(path: str | Path) -> tuple[int, str] | None:
     """(number of tokens, SHA-256 of the token array's bytes), or None where
     the file has no such array or is not a GGUF this reader knows (v2/v3)."""
     try:
@@ -95,7 +126,7 @@ def token_digest(path: str | Path) -> tuple[int, str] | None:
     return None
 
 
-def mtp_layers(path: str | Path) -> int:
+def _mtp_layers(path: str | Path) -> int:
     """The file's `<arch>.nextn_predict_layers` (multi-token-prediction
     blocks), 0 where it has none or cannot be read."""
     try:
@@ -113,6 +144,10 @@ def mtp_layers(path: str | Path) -> int:
     except (OSError, ValueError, struct.error):
         return 0
     return 0
+
+
+token_digest = _remembered("tokens", _token_digest)
+mtp_layers = _remembered("mtp", _mtp_layers)
 
 
 def tensors(path: str | Path) -> list[tuple[str, int, tuple[int, ...]]]:
