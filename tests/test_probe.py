@@ -166,3 +166,29 @@ def test_a_first_run_loads_the_draft_only_once_the_targets_first_costs_say_it_co
                 assert pair.draft is not None and pair.draft_pays and not left_out, pair.notes
         finally:
             pair.close()
+
+
+@pytest.mark.pair
+def test_a_draft_this_machine_cannot_pay_for_still_drafts_on_a_simulated_clock(target_path, draft_path,
+                                                                              state, monkeypatch):
+    """bench loads the draft even where this machine's costs say it could
+    never pay; its hybrid is then the lookup alone on the real clock, but a
+    simulated GPU prices the draft by its profile, so there it drafts."""
+    from spec_cli.run.clock import load_clock
+    from spec_cli.run.config import PairConfig
+    from spec_cli.run.proposers import DraftModel, Hybrid
+    from spec_cli.run.runner import load_pair
+    from spec_cli.run.suffix import Lookup
+
+    cfg = PairConfig(target=str(target_path), draft=str(draft_path), proposer="hybrid", ctx=512,
+                     draft_if_it_pays=False)
+    monkeypatch.setattr(probe, "time_sizes", lambda model, sizes=probe.SIZES, **kw: {n: [0.01 * n] for n in sizes})
+    load_pair(cfg).close()  # a first run: both models' costs timed and kept (compute-bound)
+    pair = load_pair(cfg)
+    try:
+        assert pair.draft is not None and not pair.draft_pays
+        assert isinstance(pair.new_proposer(name="hybrid"), Lookup)
+        on_gpu = pair.new_proposer(name="hybrid", clock=load_clock("gpu-70b"))
+        assert isinstance(on_gpu, Hybrid) and isinstance(on_gpu.draft_model, DraftModel)
+    finally:
+        pair.close()

@@ -53,7 +53,8 @@ class Pair:
             mtp = MTPDraft(self.target, p_min=self.config.p_min)
             mtp.clock = clock
             return mtp if name == "mtp" else Hybrid(Lookup(store=store), mtp)
-        if name == "ngram" or self.draft is None or (name == "hybrid" and not self.draft_pays):
+        # this machine's costs may say the draft can never pay; a simulated clock prices it instead
+        if name == "ngram" or self.draft is None or (name == "hybrid" and not self.draft_pays and clock is None):
             return Lookup(store=store)  # hybrid without a draft model that could pay
         assert self.draft is not None
         draft = DraftModel(self.draft, p_min=self.config.p_min)
