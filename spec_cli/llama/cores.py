@@ -14,10 +14,10 @@ programs used of this process's cores while it started (imports, before any
 model loads: a window it spends anyway, timed by no extra wait) and gives
 llama.cpp the cores left, at least one.  /proc/stat's per-core busy time
 (steal included: a hypervisor's share is not ours either) less this
-process's own CPU time, over the wall time since this module was imported
-(a process that began more than MAX_WINDOW_S before its first model -- a
-download first, a library caller -- counts over a fresh quarter second
-instead).  Linux only; elsewhere every core.  The count is part of a model's key in
+process's own CPU time and its ended children's (cpucheck.py's), over the
+wall time since this module was imported (a process that began more than
+MAX_WINDOW_S before its first model -- a download first, a library caller
+-- counts over a fresh quarter second instead).  Linux only; elsewhere every core.  The count is part of a model's key in
 the state files (backend.fingerprint), so what a busy machine taught the
 cost model is kept apart from what a quiet one did.
 """
@@ -62,8 +62,10 @@ def _busy_ticks(cores: list[int]) -> int | None:
 
 
 def _own_seconds() -> float:
+    """This process's CPU time, with its children's that have ended (the
+    AMX check's, which run in the window on a first run)."""
     t = os.times()
-    return t.user + t.system
+    return t.user + t.system + t.children_user + t.children_system
 
 
 class _Mark:
