@@ -6,7 +6,7 @@
   (cpucheck.py).  llama.cpp's `use_extra_bufts` switches AMX and repacking
   off together, and repacking is worth keeping: here it made a one-token
   decode of a Q4_K 1.5B 13 % cheaper and a batch of 4 36 % cheaper (prompt
-  reading 10-40 % dearer).  So the weights repacking takes are named, one
+  reading 10-50 % dearer).  So the weights repacking takes are named, one
   override each layer set, to the CPU_REPACK buffer type.
 - "none": plain CPU buffers (the weights stay in the file's mapping).
 
