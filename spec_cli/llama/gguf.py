@@ -13,6 +13,7 @@ state directory per file, size and modification time.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
@@ -73,6 +74,20 @@ class _Reader:
         self.pos = pos
 
 
+@contextlib.contextmanager
+def _header(path: str | Path):
+    """The file mapped, and a reader past its counts: (buf, reader,
+    n_tensors, n_kv), the reader at the first key/value pair; None where
+    it is not a GGUF this reader knows (v2/v3)."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        if buf[:4] != b"GGUF" or struct.unpack_from("<I", buf, 4)[0] not in (2, 3):
+            yield None
+            return
+        r = _Reader(buf)
+        r.pos = 8
+        yield buf, r, r.u64(), r.u64()
+
+
 FACTS = "gguf.json"  # in the state directory: file|size|mtime -> {"tokens": [...], "mtp": n}
 _KEEP = 64           # files remembered
 
@@ -105,13 +120,11 @@ def _token_digest(path: str | Path) -> tuple[int, str] | None:
     """(number of tokens, SHA-256 of the token array's bytes), or None where
     the file has no such array or is not a GGUF this reader knows (v2/v3)."""
     try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            r = _Reader(buf)
-            if buf[:4] != b"GGUF" or struct.unpack_from("<I", buf, 4)[0] not in (2, 3):
+        with _header(path) as h:
+            if h is None:
                 return None
-            r.pos = 8
-            r.u64()  # tensors
-            for _ in range(r.u64()):
+            buf, r, _, n_kv = h
+            for _ in range(n_kv):
                 key, kind = r.string(), r.u32()
                 if key == TOKENS and kind == _ARRAY:
                     elem, count = r.u32(), r.u64()
@@ -130,13 +143,11 @@ def _mtp_layers(path: str | Path) -> int:
     """The file's `<arch>.nextn_predict_layers` (multi-token-prediction
     blocks), 0 where it has none or cannot be read."""
     try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            r = _Reader(buf)
-            if buf[:4] != b"GGUF" or struct.unpack_from("<I", buf, 4)[0] not in (2, 3):
+        with _header(path) as h:
+            if h is None:
                 return 0
-            r.pos = 8
-            r.u64()  # tensors
-            for _ in range(r.u64()):
+            buf, r, _, n_kv = h
+            for _ in range(n_kv):
                 key, kind = r.string(), r.u32()
                 if key.endswith(b".nextn_predict_layers") and kind in (4, 5):  # uint32, int32
                     return max(struct.unpack_from("<i" if kind == 5 else "<I", buf, r.pos)[0], 0)
@@ -154,12 +165,10 @@ def tensors(path: str | Path) -> list[tuple[str, int, tuple[int, ...]]]:
     """Each tensor's (name, ggml type id, shape in ggml's order: ne[0]
     first); [] where the file cannot be read or is not a GGUF v2/v3."""
     try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            r = _Reader(buf)
-            if buf[:4] != b"GGUF" or struct.unpack_from("<I", buf, 4)[0] not in (2, 3):
+        with _header(path) as h:
+            if h is None:
                 return []
-            r.pos = 8
-            n_tensors, n_kv = r.u64(), r.u64()
+            _, r, n_tensors, n_kv = h
             for _ in range(n_kv):
                 r.string()
                 r.skip(r.u32())
