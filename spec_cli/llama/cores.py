@@ -17,9 +17,10 @@ llama.cpp the cores left, at least one.  /proc/stat's per-core busy time
 process's own CPU time and its ended children's (cpucheck.py's), over the
 wall time since this module was imported (a process that began more than
 MAX_WINDOW_S before its first model -- a download first, a library caller
--- counts over a fresh quarter second instead).  Linux only; elsewhere every core.  The count is part of a model's key in
-the state files (backend.fingerprint), so what a busy machine taught the
-cost model is kept apart from what a quiet one did.
+-- counts over a fresh quarter second instead).  Linux only; elsewhere
+every core.  The count is part of a model's key in the state files
+(backend.fingerprint), so what a busy machine taught the cost model is
+kept apart from what a quiet one did.
 """
 
 from __future__ import annotations

@@ -178,9 +178,9 @@ def _main(argv: list[str]) -> int:
 
     mode = argv[1] if len(argv) > 1 else "all"
     # the tests' stand-ins for a build whose AMX kernels ("extra-bufts"), or
-    # whose repacking too ("repack"), fault here
-    fault = os.environ.get("SPEC_CLI_TEST_FAULT")
-    if (mode == "all" and fault in ("extra-bufts", "repack")) or (mode == "repack" and fault == "repack"):
+    # whose repacking too ("repack"), fault here: the modes that then crash
+    faulting = {"extra-bufts": ("all",), "repack": ("all", "repack")}
+    if mode in faulting.get(os.environ.get("SPEC_CLI_TEST_FAULT"), ()):
         illegal_instruction()
     with Model(argv[0], LoadConfig(n_ctx=256, n_batch=64, extra_bufts=mode)) as m:
         tokens = (m.tokenize("def f(x):\n    return x * 2\n", add_special=False) * 8)[:16]
