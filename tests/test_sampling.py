@@ -140,6 +140,41 @@ def test_fast_choice_is_the_reference_choice_on_real_rows(real_rows, monkeypatch
         assert tail_wins > 20  # the tail's path was exercised, not only the head's
 
 
+def test_the_compiled_kernel_makes_the_numpy_paths_choices(real_rows, monkeypatch):
+    """The per-row kernel (core/_fastpick.c, built by `pip install`) picks
+    the token the numpy path and the reference pick, and gives decide's
+    confidence, for every setting it takes (greedy, top-k, min-p, with or
+    without top-p), on real rows, flattened ones and rows of ties; it
+    leaves to numpy exactly what needs the whole vocabulary's mass or a q
+    wider than the head."""
+    assert fast._fastpick is not None, "the kernel did not build: see setup.py"
+    rows = [*real_rows, *(real_rows[::3] * np.float32(0.2)), np.round(real_rows[0]),
+            np.zeros_like(real_rows[0])]
+    cfgs = [SamplingConfig(temperature=t, top_k=k, top_p=p, min_p=mp)
+            for t in (0.0, 0.4, 0.8, 1.7) for k in (0, 1, 7, 40, 3000) for p in (1.0, 0.95, 0.4)
+            for mp in (0.0, 0.05, 0.3)]
+    kernel, used, left = fast._fastpick, 0, 0
+    for cfg in cfgs:
+        for r, row in enumerate(rows):
+            seed, pos = 3 + r, 11 * r
+            got = fast._kernel(row, cfg, seed, pos, True)
+            monkeypatch.setattr(fast, "_fastpick", None)
+            want = fast.decide(row, cfg, seed, pos)
+            monkeypatch.setattr(fast, "_fastpick", kernel)
+            whole_vocab = not cfg.greedy and cfg.top_k == 0 and (cfg.top_p < 1.0 or cfg.min_p == 0.0)
+            assert (got is None) >= whole_vocab and (got is not None) >= cfg.greedy, (cfg, r)
+            if got is None:  # the whole vocabulary's mass, or q wider than the head: numpy's
+                left += 1
+                continue
+            used += 1
+            assert got[0] == want[0] == reference.choose(row, cfg, seed, pos), (cfg, r)
+            assert got[1] == pytest.approx(want[1], rel=1e-6), (cfg, r)
+            assert fast.choose(row, cfg, seed, pos) == got[0]
+    assert used > 2000 and left > 300, (used, left)
+    with pytest.raises(TypeError):
+        kernel.choose(np.zeros(4, np.float64), 1.0, 0, 1.0, 0.1, 0, 0, 8, False)
+
+
 def test_the_min_p_window_gives_the_general_paths_q_to_the_bit(real_rows, monkeypatch):
     """With top-k and min-p on (llama.cpp's defaults) q is read from one
     window below the top: the same ids, z and normaliser, bitwise, as the

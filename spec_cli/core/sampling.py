@@ -20,6 +20,12 @@ over the full vocabulary, need the softmax's sum over every token: one
 vectorised float32 pass.  `probs` gives the same q as a dense row (the
 residual rule and the tests use it).
 
+`choose` and `decide` hand a float32 row (or candidates) to a compiled
+kernel first (_fastpick.c, built by setup.py): the same definition in one
+call, since right after a decode each numpy call costs the host 5-20 us
+however small its array.  It takes greedy, top-k and min-p rows whose q
+keeps at most HEAD_CAP tokens; the rest, and a build without it, come here.
+
 A row may also come as `Candidates`: the ids and logits of its most likely
 tokens only, which llama.cpp's backend top-k sampler leaves (backend.py,
 `Model.candidates_k`), so that with top-k on nothing the size of the
@@ -36,6 +42,11 @@ from typing import NamedTuple
 import numpy as np
 
 from .config import SamplingConfig
+
+try:  # the compiled per-row kernel (setup.py); without it, the same choices in numpy
+    from . import _fastpick
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _fastpick = None
 
 __all__ = ["SamplingConfig", "Candidates", "Dist", "dist", "probs", "sample", "choose", "decide",
            "choose_from_probs", "gumbel", "margin"]
@@ -425,12 +436,35 @@ def _best(ids: np.ndarray, s: np.ndarray) -> tuple[int, float]:
     return int(ids[i]), float(top2[1] - top2[0])
 
 
+def _kernel(logits, cfg: SamplingConfig, seed: int, pos: int, confidence: bool) -> tuple[int, float] | None:
+    """`decide` by the compiled kernel (_fastpick.c: one pass over a float32
+    row, then only the tokens q can keep), or None where it does not apply:
+    no kernel, or a q that keeps more than HEAD_CAP tokens or needs the
+    whole vocabulary's mass (top-p without top-k) -- there the numpy path
+    below decides.  Candidates go through it too, in ascending id order,
+    so that they and the whole row give the same q to the bit."""
+    if _fastpick is None:
+        return None
+    ids = None
+    if isinstance(logits, Candidates):
+        if not (cfg.greedy or 0 < cfg.top_k <= len(logits.ids)):
+            return None  # dist says why not
+        ids, logits = _by_id(logits)
+    elif type(logits) is not np.ndarray or logits.dtype != np.float32 or logits.ndim != 1:
+        return None
+    return _fastpick.choose(logits, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, seed & _MASK, pos,
+                            HEAD_CAP, confidence, ids)
+
+
 def decide(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> tuple[int, float]:
     """(the token at output position `pos`, q's top probability there): the
     seeded choice, and how sure the distribution is (a draft's stopping
     signal).  Greedy: the argmax, and the softmax's top probability over the
     tokens within 12 logits of it (each token further counts < 1e-5 of
     the top: a stopping signal, not a probability anything is drawn from)."""
+    fast = _kernel(logits, cfg, seed, pos, True)
+    if fast is not None:
+        return fast
     if cfg.greedy:
         token, x, top = _argmax(logits)  # from candidates: the near tokens they hold (a stopping signal only)
         m = x[top]
@@ -443,6 +477,9 @@ def decide(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> tupl
 def choose(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> int:
     """The token at output position `pos`: the seeded Gumbel-max choice from
     q -- an exact sample, fixed by the seed; the argmax when greedy."""
+    fast = _kernel(logits, cfg, seed, pos, False)
+    if fast is not None:
+        return fast[0]
     if cfg.greedy:
         return _argmax(logits)[0]
     return _pick(dist(logits, cfg), seed, pos, gap=False)[0]

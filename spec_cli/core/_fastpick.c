@@ -1,0 +1,375 @@
+/* The seeded choice from one float32 logits row, in one call: what
+ * sampling.choose and sampling.decide do for a whole row, for the settings
+ * people run (greedy; top-k and/or min-p), without a numpy call per step.
+ *
+ * Why C: right after llama_decode the host's caches hold the model's
+ * weights, and each numpy call then costs 5-20 us however small its
+ * array; choosing a token took 20-40 of them (0.3-0.5 ms a row at
+ * llama.cpp's defaults on a 2-core VM).  Here a row costs one pass over
+ * the vocabulary and a walk over the few tokens that can be chosen.
+ *
+ * Same definition as sampling.py, step for step (its module docstring):
+ *   0. the row's largest logit m and its first index (np.argmax's);
+ *      block maxima (64 logits a block) found in the same pass, so every
+ *      later question -- which tokens lie above a threshold -- reads only
+ *      the blocks whose maximum reaches it;
+ *   1. top-k: the tokens at or above the k-th largest logit (ties kept);
+ *   2. top-p over what top-k kept: by z descending (ties by id), while the
+ *      mass before a token is below top_p;
+ *   3. min-p: x >= m + T log(min_p);
+ *   4. q = exp(z - log_z) over what is left, z = x / T - m / T;
+ *   5. the token: argmax of z - log_z + G(seed, pos, id), G the same
+ *      counter-based Gumbel noise as sampling.gumbel (splitmix64).
+ * Thresholds compare in float32, as numpy compares a float32 row with a
+ * Python float.  The arithmetic after the cut is float64, as in numpy, but
+ * sums run in another order: q may differ from sampling.dist's in the
+ * last bits (the choice, only at a tie that close).  Where q keeps more
+ * than `head_cap` tokens, or top-p must count the mass of the whole
+ * vocabulary (top-p without top-k), it returns None and the numpy path
+ * decides: whether it does depends on q's set alone, so a row and its
+ * candidates (ids given) are decided alike, to the bit.
+ *
+ * No numpy headers: rows come through the buffer protocol. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__SSE2__) || defined(_M_X64)
+#include <emmintrin.h>
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
+#define BLOCK 64
+
+static const uint64_t GOLDEN = 0x9E3779B97F4A7C15ULL;
+
+static uint64_t mix(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+/* sampling.gumbel for one token (key: mix(mix(seed + GOLDEN) + pos * GOLDEN)) */
+static double gumbel(uint64_t key, uint64_t token) {
+    uint64_t x = mix((token * GOLDEN) ^ key) >> 11;
+    double u = ((double)x + 0.5) * (1.0 / 9007199254740992.0);  /* 2^-53 */
+    return -log(-log(u));
+}
+
+/* Block maxima of x (nb = ceil(n / BLOCK) of them) and the row's argmax:
+ * the first index holding the largest value; -1 where the row holds a NaN
+ * (or both infinities: numpy's path then decides, as np.argmax takes a NaN
+ * for the largest). */
+/* one block of BLOCK logits: its maximum, and their sum added to *sum */
+static float block_max(const float *p, float *sum) {
+#if defined(__SSE2__) || defined(_M_X64)
+    __m128 m0 = _mm_loadu_ps(p), m1 = _mm_loadu_ps(p + 4), m2 = _mm_loadu_ps(p + 8), m3 = _mm_loadu_ps(p + 12);
+    __m128 s0 = m0, s1 = m1, s2 = m2, s3 = m3;
+    for (int i = 16; i < BLOCK; i += 16) {
+        __m128 v0 = _mm_loadu_ps(p + i), v1 = _mm_loadu_ps(p + i + 4);
+        __m128 v2 = _mm_loadu_ps(p + i + 8), v3 = _mm_loadu_ps(p + i + 12);
+        m0 = _mm_max_ps(m0, v0), m1 = _mm_max_ps(m1, v1), m2 = _mm_max_ps(m2, v2), m3 = _mm_max_ps(m3, v3);
+        s0 = _mm_add_ps(s0, v0), s1 = _mm_add_ps(s1, v1), s2 = _mm_add_ps(s2, v2), s3 = _mm_add_ps(s3, v3);
+    }
+    float mv[4], sv[4];
+    _mm_storeu_ps(mv, _mm_max_ps(_mm_max_ps(m0, m1), _mm_max_ps(m2, m3)));
+    _mm_storeu_ps(sv, _mm_add_ps(_mm_add_ps(s0, s1), _mm_add_ps(s2, s3)));
+    *sum += (sv[0] + sv[1]) + (sv[2] + sv[3]);
+    float m = mv[0];
+    for (int j = 1; j < 4; j++) m = mv[j] > m ? mv[j] : m;
+    return m;
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+    float32x4_t m0 = vld1q_f32(p), m1 = vld1q_f32(p + 4), s0 = m0, s1 = m1;
+    for (int i = 8; i < BLOCK; i += 8) {
+        float32x4_t v0 = vld1q_f32(p + i), v1 = vld1q_f32(p + i + 4);
+        m0 = vmaxq_f32(m0, v0), m1 = vmaxq_f32(m1, v1);
+        s0 = vaddq_f32(s0, v0), s1 = vaddq_f32(s1, v1);
+    }
+    *sum += vaddvq_f32(vaddq_f32(s0, s1));
+    return vmaxvq_f32(vmaxq_f32(m0, m1));
+#else
+    float m = p[0];
+    for (int i = 0; i < BLOCK; i++) {
+        m = p[i] > m ? p[i] : m;
+        *sum += p[i];
+    }
+    return m;
+#endif
+}
+
+static int64_t scan(const float *x, int64_t n, float *bmax, int64_t nb) {
+    float sum = 0.0f;  /* NaN where some logit is (a max can pass one over) */
+    for (int64_t b = 0; b < nb; b++) {
+        const float *p = x + b * BLOCK;
+        int64_t len = (b + 1) * BLOCK <= n ? BLOCK : n - b * BLOCK;
+        float m = p[0];
+        if (len == BLOCK) {
+            m = block_max(p, &sum);
+        } else {
+            for (int64_t i = 0; i < len; i++) {
+                m = p[i] > m ? p[i] : m;
+                sum += p[i];
+            }
+        }
+        bmax[b] = m;
+    }
+    int nan = sum != sum;
+    if (nan) return -1;
+    int64_t best = 0;
+    for (int64_t b = 1; b < nb; b++)
+        if (bmax[b] > bmax[best]) best = b;
+    const float *p = x + best * BLOCK;
+    int64_t i = 0;
+    while (p[i] != bmax[best]) i++;
+    return best * BLOCK + i;
+}
+
+/* Ids (ascending) of the tokens with x >= thr, reading only blocks whose
+ * maximum reaches it; returns how many there are, filling at most cap. */
+static int64_t above(const float *x, int64_t n, const float *bmax, int64_t nb, float thr,
+                     int32_t *ids, int64_t cap) {
+    int64_t c = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        if (!(bmax[b] >= thr)) continue;
+        int64_t end = (b + 1) * BLOCK <= n ? (b + 1) * BLOCK : n;
+        for (int64_t i = b * BLOCK; i < end; i++)
+            if (x[i] >= thr) {
+                if (c < cap) ids[c] = (int32_t)i;
+                c++;
+            }
+    }
+    return c;
+}
+
+/* the k-th largest of v[0..n) (n >= k >= 1); v is reordered */
+static float kth_largest(float *v, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1, want = k - 1;  /* quickselect, descending */
+    while (lo < hi) {
+        float pivot = v[lo + (hi - lo) / 2];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > pivot) i++;
+            while (v[j] < pivot) j--;
+            if (i <= j) { float t = v[i]; v[i] = v[j]; v[j] = t; i++; j--; }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else return v[want];
+    }
+    return v[want];
+}
+
+typedef struct { double z; int32_t id; } zid;
+
+/* the candidates' arrays, in one allocation with room for cap of each */
+typedef struct { char *mem; int64_t cap; zid *kept; int32_t *ids; float *vals; } room;
+
+static int make_room(room *r, int64_t need) {
+    if (r->mem && need <= r->cap) return 1;
+    char *mem = (char *)realloc(r->mem, (size_t)need * (sizeof(zid) + sizeof(int32_t) + sizeof(float)));
+    if (!mem) return 0;
+    r->mem = mem, r->cap = need;
+    r->kept = (zid *)mem, r->ids = (int32_t *)(r->kept + need), r->vals = (float *)(r->ids + need);
+    return 1;
+}
+
+static int cmp_zid(const void *a, const void *b) {  /* z descending, then id ascending */
+    const zid *p = (const zid *)a, *q = (const zid *)b;
+    if (p->z != q->z) return p->z < q->z ? 1 : -1;
+    return (p->id > q->id) - (p->id < q->id);
+}
+
+static int cmp_id(const void *a, const void *b) {
+    const zid *p = (const zid *)a, *q = (const zid *)b;
+    return (p->id > q->id) - (p->id < q->id);
+}
+
+/* choose(row, temperature, top_k, top_p, min_p, seed, pos, head_cap, confidence, ids)
+ *   -> (token, confidence) or None
+ * row: a C-contiguous float32 buffer; seed: already reduced mod 2^64.
+ * ids: None for a whole row (position i is token i), or an int64 buffer
+ * naming the token at each position of a row of candidates (llama.cpp's
+ * top-k), ascending, so that both give the same q to the bit.
+ * Greedy (temperature 0): the argmax, and with `confidence` sampling.decide's
+ * signal (1 / sum of exp(x - m) over x >= m - 12).  Else the seeded choice
+ * and q's top probability (with `confidence`; NaN without). */
+static PyObject *choose(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "choose takes 10 arguments");
+        return NULL;
+    }
+    double t = PyFloat_AsDouble(args[1]);
+    long long top_k = PyLong_AsLongLong(args[2]);
+    double top_p = PyFloat_AsDouble(args[3]);
+    double min_p = PyFloat_AsDouble(args[4]);
+    unsigned long long seed = PyLong_AsUnsignedLongLong(args[5]);
+    long long pos = PyLong_AsLongLong(args[6]);
+    long long head_cap = PyLong_AsLongLong(args[7]);
+    int want_conf = PyObject_IsTrue(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    PyObject *result = NULL;
+    const float *x = (const float *)view.buf;
+    int64_t n = view.len / (Py_ssize_t)sizeof(float);
+    const char *f = view.format;  /* "f", or numpy's "<f" (native order only) */
+    if (f && (f[0] == '<' || f[0] == '=' || f[0] == '@') && PY_LITTLE_ENDIAN) f++;
+    if (view.itemsize != 4 || !f || strcmp(f, "f") != 0 || n < 1) {
+        PyErr_SetString(PyExc_TypeError, "choose needs a non-empty float32 row");
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_buffer idv = {0};
+    const int64_t *tok = NULL;  /* position -> token id (NULL: the position is the id) */
+    if (args[9] != Py_None) {
+        if (PyObject_GetBuffer(args[9], &idv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        const char *g = idv.format;
+        if (g && (g[0] == '<' || g[0] == '=' || g[0] == '@') && PY_LITTLE_ENDIAN) g++;
+        if (idv.itemsize != 8 || !g || (strcmp(g, "q") != 0 && strcmp(g, "l") != 0)
+                || idv.len / 8 != n) {
+            PyErr_SetString(PyExc_TypeError, "choose needs int64 ids, one for each value");
+            PyBuffer_Release(&idv);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        tok = (const int64_t *)idv.buf;
+    }
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+    /* block maxima and a copy; then the candidates (room for a few thousand,
+       more where a row needs it) */
+    float *bmax = (float *)malloc(2 * (size_t)nb * sizeof(float));
+    room r = {0};
+    int64_t room0 = head_cap > 4096 ? head_cap : 4096;
+    if (!bmax || !make_room(&r, n < room0 ? n : room0)) {
+        free(bmax);
+        free(r.mem);
+        if (tok) PyBuffer_Release(&idv);
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    float *bcopy = bmax + nb;
+
+    int64_t top = scan(x, n, bmax, nb);
+    int64_t token = -1;
+    double conf = NAN;
+    if (top < 0) goto done;
+    float m = x[top];
+    if (t == 0.0) {
+        token = top;
+        if (want_conf) {
+            float lo = m - 12.0f;
+            double s = 0.0;
+            for (int64_t b = 0; b < nb; b++) {
+                if (!(bmax[b] >= lo)) continue;
+                int64_t end = (b + 1) * BLOCK <= n ? (b + 1) * BLOCK : n;
+                for (int64_t i = b * BLOCK; i < end; i++)
+                    if (x[i] >= lo) s += (double)expf(x[i] - m);
+            }
+            conf = 1.0 / s;
+        }
+        goto done;
+    }
+    int top_k_on = top_k > 0 && top_k < n;
+    /* top-p over a whole row's every token needs the vocabulary's mass: numpy's one pass
+       (candidates are all inside top-k's set already) */
+    if (!top_k_on && !tok && top_p < 1.0) goto done;
+    double md = (double)m;
+    double floor_d = min_p > 0.0 ? md + t * log(min_p) : -INFINITY;
+    int64_t c;
+    if (top_k_on) {
+        /* the k largest lie in the blocks whose maxima reach the k-th largest maximum */
+        float bk = -INFINITY;
+        if (nb > top_k) {
+            memcpy(bcopy, bmax, (size_t)nb * sizeof(float));
+            bk = kth_largest(bcopy, nb, top_k);
+        }
+        c = above(x, n, bmax, nb, bk, r.ids, r.cap);
+        if (c > r.cap) {  /* a flat row */
+            if (!make_room(&r, c)) goto done;
+            above(x, n, bmax, nb, bk, r.ids, r.cap);
+        }
+        for (int64_t i = 0; i < c; i++) r.vals[i] = x[r.ids[i]];
+        float kth = kth_largest(r.vals, c, top_k);
+        int64_t j = 0;
+        for (int64_t i = 0; i < c; i++)
+            if (x[r.ids[i]] >= kth) r.ids[j++] = r.ids[i];
+        c = j;
+    } else if (tok) {  /* candidates, no more than top-k: all of them */
+        if (!make_room(&r, n)) goto done;
+        for (int64_t i = 0; i < n; i++) r.ids[i] = (int32_t)i;
+        c = n;
+    } else {  /* a whole row, min-p alone: the tokens above its floor (q's set); nothing at all: numpy's */
+        if (!(min_p > 0.0)) goto done;
+        c = above(x, n, bmax, nb, (float)floor_d, r.ids, r.cap);
+        if (c > r.cap) goto done;  /* wider than the head: the room holds head_cap at least */
+    }
+    int64_t nk = 0;
+    zid *kept = r.kept;
+    for (int64_t i = 0; i < c; i++) {
+        kept[nk].z = (double)x[r.ids[i]] / t - md / t;
+        kept[nk].id = r.ids[i];
+        nk++;
+    }
+    if (top_p < 1.0) {  /* the mass counted over what top-k kept, ids ascending */
+        double total = 0.0;
+        for (int64_t i = 0; i < nk; i++) total += exp(kept[i].z);
+        qsort(kept, (size_t)nk, sizeof(zid), cmp_zid);
+        double cum = 0.0;
+        int64_t j = 0;
+        for (int64_t i = 0; i < nk; i++) {
+            double p = exp(kept[i].z) / total;
+            cum += p;
+            if (cum - p < top_p) kept[j++] = kept[i];
+        }
+        nk = j;
+    }
+    if (min_p > 0.0) {
+        float fl = (float)floor_d;
+        int64_t j = 0;
+        for (int64_t i = 0; i < nk; i++)
+            if (x[kept[i].id] >= fl) kept[j++] = kept[i];
+        nk = j;
+    }
+    if (nk < 1 || nk > head_cap) goto done;  /* wider than the head: numpy scores it in blocks */
+    if (top_p < 1.0)  /* back to ascending ids: the first of equal scores is the lowest id, as numpy's */
+        qsort(kept, (size_t)nk, sizeof(zid), cmp_id);
+    double zmax = kept[0].z;
+    for (int64_t i = 1; i < nk; i++) zmax = kept[i].z > zmax ? kept[i].z : zmax;
+    double s = 0.0;
+    for (int64_t i = 0; i < nk; i++) s += exp(kept[i].z - zmax);
+    double log_z = zmax + log(s);
+    uint64_t key = mix(mix((uint64_t)seed + GOLDEN) + (uint64_t)pos * GOLDEN);
+    double best = -INFINITY;
+    for (int64_t i = 0; i < nk; i++) {
+        double score = gumbel(key, (uint64_t)(tok ? tok[kept[i].id] : kept[i].id)) + (kept[i].z - log_z);
+        if (score > best || token < 0) { best = score; token = kept[i].id; }
+    }
+    if (want_conf) conf = exp(-log_z);
+done:
+    free(bmax);
+    free(r.mem);
+    if (tok && token >= 0) token = tok[token];
+    if (tok) PyBuffer_Release(&idv);
+    PyBuffer_Release(&view);
+    if (token < 0) Py_RETURN_NONE;
+    result = Py_BuildValue("(Ld)", (long long)token, conf);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"choose", (PyCFunction)(void (*)(void))choose, METH_FASTCALL,
+     "choose(row, temperature, top_k, top_p, min_p, seed, pos, head_cap, confidence, ids) -> (token, conf) or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpick", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__fastpick(void) { return PyModule_Create(&module); }
