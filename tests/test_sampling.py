@@ -144,35 +144,40 @@ def test_the_compiled_kernel_makes_the_numpy_paths_choices(real_rows, monkeypatc
     """The per-row kernel (core/_fastpick.c, built by `pip install`) picks
     the token the numpy path and the reference pick, and gives decide's
     confidence, for every setting it takes (greedy, top-k, min-p, with or
-    without top-p), on real rows, flattened ones and rows of ties; it
-    leaves to numpy exactly what needs the whole vocabulary's mass or a q
-    wider than the head."""
+    without top-p, the full vocabulary), on real rows, flattened ones and
+    rows of ties; it leaves to numpy top-p over the whole vocabulary and a
+    q wider than the head.  With a small head, tail blocks win too."""
     assert fast._fastpick is not None, "the kernel did not build: see setup.py"
     rows = [*real_rows, *(real_rows[::3] * np.float32(0.2)), np.round(real_rows[0]),
             np.zeros_like(real_rows[0])]
     cfgs = [SamplingConfig(temperature=t, top_k=k, top_p=p, min_p=mp)
             for t in (0.0, 0.4, 0.8, 1.7) for k in (0, 1, 7, 40, 3000) for p in (1.0, 0.95, 0.4)
             for mp in (0.0, 0.05, 0.3)]
-    kernel, used, left = fast._fastpick, 0, 0
-    for cfg in cfgs:
+    kernel, used, left, tail_wins = fast._fastpick, 0, 0, 0
+    small_head = [(SamplingConfig(temperature=t), 32, rep) for t in (1.0, 1.7) for rep in range(3)]
+    for cfg, head_cap, rep in [(c, fast.HEAD_CAP, 0) for c in cfgs] + small_head:
+        monkeypatch.setattr(fast, "HEAD_CAP", head_cap)
         for r, row in enumerate(rows):
-            seed, pos = 3 + r, 11 * r
+            seed, pos = 3 + r + 100 * rep, 11 * r
             got = fast._kernel(row, cfg, seed, pos, True)
             monkeypatch.setattr(fast, "_fastpick", None)
             want = fast.decide(row, cfg, seed, pos)
             monkeypatch.setattr(fast, "_fastpick", kernel)
-            whole_vocab = not cfg.greedy and cfg.top_k == 0 and (cfg.top_p < 1.0 or cfg.min_p == 0.0)
-            assert (got is None) >= whole_vocab and (got is not None) >= cfg.greedy, (cfg, r)
-            if got is None:  # the whole vocabulary's mass, or q wider than the head: numpy's
+            top_p_alone = not cfg.greedy and cfg.top_k == 0 and cfg.top_p < 1.0  # the vocabulary's mass first
+            full = not cfg.greedy and cfg.top_k == 0 and cfg.top_p == 1.0 and cfg.min_p == 0.0
+            assert (got is None) >= top_p_alone and (got is not None) >= (cfg.greedy or full), (cfg, r)
+            if got is None:  # top-p over the whole vocabulary, or q wider than the head: numpy's
                 left += 1
                 continue
             used += 1
-            assert got[0] == want[0] == reference.choose(row, cfg, seed, pos), (cfg, r)
+            ref, via_tail = reference.traced(row, cfg, seed, pos)
+            tail_wins += via_tail
+            assert got[0] == want[0] == ref, (cfg, r)
             assert got[1] == pytest.approx(want[1], rel=1e-6), (cfg, r)
             assert fast.choose(row, cfg, seed, pos) == got[0]
-    assert used > 2000 and left > 300, (used, left)
-    with pytest.raises(TypeError):
-        kernel.choose(np.zeros(4, np.float64), 1.0, 0, 1.0, 0.1, 0, 0, 8, False)
+    assert used > 2000 and left > 300 and tail_wins > 5, (used, left, tail_wins)
+    with pytest.raises(TypeError, match="float32"):
+        kernel.choose(np.zeros(4, np.float64), 1.0, 0, 1.0, 0.1, 0, 0, 8, False, None)
 
 
 def test_the_min_p_window_gives_the_general_paths_q_to_the_bit(real_rows, monkeypatch):

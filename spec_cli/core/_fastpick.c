@@ -128,19 +128,50 @@ static int64_t scan(const float *x, int64_t n, float *bmax, int64_t nb) {
     return best * BLOCK + i;
 }
 
+/* How many tokens have x >= thr, reading only blocks whose maximum reaches it. */
+static int64_t count_above(const float *x, int64_t n, const float *bmax, int64_t nb, float thr) {
+    int64_t c = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        if (!(bmax[b] >= thr)) continue;
+        int64_t i = b * BLOCK, end = (b + 1) * BLOCK <= n ? (b + 1) * BLOCK : n;
+#if defined(__SSE2__) || defined(_M_X64)
+        if (end - i == BLOCK) {
+            const __m128 vthr = _mm_set1_ps(thr);
+            __m128i k = _mm_setzero_si128();
+            for (int j = 0; j < BLOCK; j += 4)  /* a true compare is -1 in each lane */
+                k = _mm_sub_epi32(k, _mm_castps_si128(_mm_cmpge_ps(_mm_loadu_ps(x + i + j), vthr)));
+            int32_t kv[4];
+            _mm_storeu_si128((__m128i *)kv, k);
+            c += (int64_t)kv[0] + kv[1] + kv[2] + kv[3];
+            continue;
+        }
+#endif
+        for (; i < end; i++) c += x[i] >= thr;
+    }
+    return c;
+}
+
 /* Ids (ascending) of the tokens with x >= thr, reading only blocks whose
- * maximum reaches it; returns how many there are, filling at most cap. */
+ * maximum reaches it; returns how many there are, filling at most cap
+ * (without a branch per token: where half of them pass, one would be
+ * mispredicted half the time). */
 static int64_t above(const float *x, int64_t n, const float *bmax, int64_t nb, float thr,
                      int32_t *ids, int64_t cap) {
     int64_t c = 0;
     for (int64_t b = 0; b < nb; b++) {
         if (!(bmax[b] >= thr)) continue;
         int64_t end = (b + 1) * BLOCK <= n ? (b + 1) * BLOCK : n;
-        for (int64_t i = b * BLOCK; i < end; i++)
-            if (x[i] >= thr) {
+        if (c + (end - b * BLOCK) > cap) {  /* may not fit: count the rest */
+            for (int64_t i = b * BLOCK; i < end; i++) {
                 if (c < cap) ids[c] = (int32_t)i;
-                c++;
+                c += x[i] >= thr;
             }
+            continue;
+        }
+        for (int64_t i = b * BLOCK; i < end; i++) {
+            ids[c] = (int32_t)i;
+            c += x[i] >= thr;
+        }
     }
     return c;
 }
@@ -186,6 +217,125 @@ static int cmp_zid(const void *a, const void *b) {  /* z descending, then id asc
 static int cmp_id(const void *a, const void *b) {
     const zid *p = (const zid *)a, *q = (const zid *)b;
     return (p->id > q->id) - (p->id < q->id);
+}
+
+/* -- the full vocabulary (no top-k, top-p or min-p): sampling.py's _pick
+ * for a q that keeps every token.  exp(z) of every token is needed once,
+ * for q's normaliser and the tail's block masses; the head -- the tokens
+ * within the widest of HEAD_NATS of the top that holds at most head_cap --
+ * is scored token by token, the rest in blocks of TAIL_BLOCK ids, each
+ * block one item with its mass and noise, opened only when it wins. */
+
+#define TAIL_BLOCK 2048                     /* sampling.BLOCK */
+static const uint64_t BLOCK_ID = 1ULL << 40;  /* sampling._BLOCK_ID */
+static const double HEAD_NATS[] = {24.0, 16.0, 12.0, 8.0, 4.0, 0.0};
+
+/* exp(y) for y <= 0 in float32 (Cephes' expf: 2^n * p(r), |error| < 2 ulp;
+ * 0 below -87.3, where float32 underflows as numpy's does) */
+#if defined(__SSE2__) || defined(_M_X64)
+static __m128 exp4(__m128 y) {
+    const __m128 lo = _mm_set1_ps(-87.33654f);
+    __m128 under = _mm_cmplt_ps(y, lo);
+    y = _mm_max_ps(y, lo);
+    __m128 fx = _mm_mul_ps(y, _mm_set1_ps(1.44269504088896341f));
+    __m128i n = _mm_cvtps_epi32(fx);  /* round to nearest */
+    fx = _mm_cvtepi32_ps(n);
+    __m128 r = _mm_sub_ps(y, _mm_mul_ps(fx, _mm_set1_ps(0.693359375f)));
+    r = _mm_sub_ps(r, _mm_mul_ps(fx, _mm_set1_ps(-2.12194440e-4f)));
+    __m128 p = _mm_set1_ps(1.9875691500E-4f);
+    p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.3981999507E-3f));
+    p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(8.3334519073E-3f));
+    p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(4.1665795894E-2f));
+    p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.6666665459E-1f));
+    p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(5.0000001201E-1f));
+    p = _mm_add_ps(_mm_mul_ps(_mm_mul_ps(p, r), r), _mm_add_ps(r, _mm_set1_ps(1.0f)));
+    __m128i e = _mm_slli_epi32(_mm_add_epi32(n, _mm_set1_epi32(127)), 23);
+    return _mm_andnot_ps(under, _mm_mul_ps(p, _mm_castsi128_ps(e)));
+}
+#endif
+
+/* Per TAIL_BLOCK block, the mass of its tokens below `thr` (the tail), and
+ * the mass of every token (*total): exp((x - m) * inv_t) as float32, in
+ * float32 over 64 logits at a time, then in double. */
+static void tail_masses(const float *x, int64_t n, float m, float inv_t, float thr, double *mass, double *total) {
+    double all = 0.0;
+    int64_t nt = (n + TAIL_BLOCK - 1) / TAIL_BLOCK;
+    for (int64_t b = 0; b < nt; b++) {
+        int64_t lo = b * TAIL_BLOCK, hi = lo + TAIL_BLOCK < n ? lo + TAIL_BLOCK : n;
+        double tail = 0.0;
+        int64_t i = lo;
+#if defined(__SSE2__) || defined(_M_X64)
+        const __m128 vm = _mm_set1_ps(m), vt = _mm_set1_ps(inv_t), vthr = _mm_set1_ps(thr);
+        for (; i + 64 <= hi; i += 64) {
+            __m128 ta = _mm_setzero_ps(), aa = _mm_setzero_ps();
+            for (int j = 0; j < 64; j += 4) {
+                __m128 v = _mm_loadu_ps(x + i + j);
+                __m128 e = exp4(_mm_mul_ps(_mm_sub_ps(v, vm), vt));
+                aa = _mm_add_ps(aa, e);
+                ta = _mm_add_ps(ta, _mm_and_ps(_mm_cmplt_ps(v, vthr), e));
+            }
+            float tv[4], av[4];
+            _mm_storeu_ps(tv, ta), _mm_storeu_ps(av, aa);
+            tail += (double)((tv[0] + tv[1]) + (tv[2] + tv[3]));
+            all += (double)((av[0] + av[1]) + (av[2] + av[3]));
+        }
+#endif
+        for (; i < hi; i++) {
+            float e = expf((x[i] - m) * inv_t);
+            all += e;
+            if (x[i] < thr) tail += e;
+        }
+        mass[b] = tail;
+    }
+    *total = all;
+}
+
+/* The seeded choice over the whole vocabulary (see above); -1 if out of memory. */
+static int64_t full_vocab(const float *x, int64_t n, const float *bmax, int64_t nb, float m, double t,
+                          uint64_t key, int64_t head_cap, room *r, double *log_z_out) {
+    double md = (double)m;
+    /* the head: the widest window that holds at most head_cap tokens */
+    float thr = 0.0f;
+    int64_t c = 0;
+    for (int w = 0; w < 6; w++) {
+        thr = (float)(md - HEAD_NATS[w] * t);
+        c = count_above(x, n, bmax, nb, thr);
+        if (c <= head_cap || HEAD_NATS[w] == 0.0) break;
+    }
+    if (!make_room(r, c)) return -1;  /* ties at the top may be wider than the room */
+    above(x, n, bmax, nb, thr, r->ids, r->cap);
+    int64_t nt = (n + TAIL_BLOCK - 1) / TAIL_BLOCK;
+    double *mass = (double *)malloc((size_t)nt * sizeof(double));
+    if (!mass) return -1;
+    double total;
+    tail_masses(x, n, m, (float)(1.0 / t), thr, mass, &total);
+    double log_z = log(total);
+    *log_z_out = log_z;
+    /* Gumbel-max over the head's tokens, then the tail's blocks (their order in sampling.py) */
+    double best = -INFINITY;
+    int64_t item = -1;
+    for (int64_t i = 0; i < c; i++) {
+        double z = (double)x[r->ids[i]] / t - md / t;
+        double s = (z - log_z) + gumbel(key, (uint64_t)r->ids[i]);
+        if (s > best || item < 0) best = s, item = r->ids[i];
+    }
+    for (int64_t b = 0; b < nt; b++) {
+        if (!(mass[b] > 0.0)) continue;
+        double s = (log(mass[b]) - log_z) + gumbel(key, BLOCK_ID + (uint64_t)b);
+        if (s > best) best = s, item = (int64_t)(BLOCK_ID + (uint64_t)b);
+    }
+    free(mass);
+    if (item < (int64_t)BLOCK_ID) return item;
+    int64_t b = item - (int64_t)BLOCK_ID;  /* the tail won: its tokens, with their own noise */
+    int64_t lo = b * TAIL_BLOCK, hi = lo + TAIL_BLOCK < n ? lo + TAIL_BLOCK : n;
+    int64_t token = -1;
+    best = -INFINITY;
+    for (int64_t i = lo; i < hi; i++) {
+        if (x[i] >= thr) continue;  /* the head's */
+        double s = ((double)x[i] / t - md / t) + gumbel(key, (uint64_t)i);
+        if (s > best || token < 0) best = s, token = i;
+    }
+    return token;
 }
 
 /* choose(row, temperature, top_k, top_p, min_p, seed, pos, head_cap, confidence, ids)
@@ -281,6 +431,14 @@ static PyObject *choose(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     /* top-p over a whole row's every token needs the vocabulary's mass: numpy's one pass
        (candidates are all inside top-k's set already) */
     if (!top_k_on && !tok && top_p < 1.0) goto done;
+    if (!top_k_on && !tok && !(min_p > 0.0)) {  /* the full vocabulary */
+        double log_z;
+        uint64_t key = mix(mix((uint64_t)seed + GOLDEN) + (uint64_t)pos * GOLDEN);
+        token = full_vocab(x, n, bmax, nb, m, t, key, head_cap, &r, &log_z);
+        if (token < 0) goto done;
+        if (want_conf) conf = exp(-log_z);
+        goto done;
+    }
     double md = (double)m;
     double floor_d = min_p > 0.0 ? md + t * log(min_p) : -INFINITY;
     int64_t c;

@@ -284,8 +284,13 @@ def _z(x: np.ndarray, ids, m: float, t: float) -> np.ndarray:
 
 
 def _exp_all(x: np.ndarray, m: float, t: float) -> np.ndarray:
-    """exp(z) of every token, in float32: the one pass over the row."""
-    return np.exp((x - np.float32(m)) * np.float32(1.0 / t), dtype=np.float32)
+    """exp(z) of every token, in float32: the one pass over the row (a
+    float32 row's worked in one array: each new one costs page faults)."""
+    if x.dtype != np.float32:
+        return np.exp((x - np.float32(m)) * np.float32(1.0 / t), dtype=np.float32)
+    e = np.subtract(x, np.float32(m))
+    e *= np.float32(1.0 / t)
+    return np.exp(e, out=e)
 
 
 def _mass(x: np.ndarray, ids: np.ndarray, m: float, t: float) -> float:
@@ -398,12 +403,13 @@ def _pick(d: Dist, seed: int, pos: int, *, gap: bool = True) -> tuple[int, float
                 head, zh = d.ids[inside], d.z[inside]
                 break
     # the tail's mass by block of ids
-    if d.ids is None:
-        tail_e = d.e.copy()
+    if d.ids is None:  # the head's tokens out of the sums for a moment (no copy of the row)
+        tail_e, kept = d.e, d.e[head]
         tail_e[head] = 0.0
         full = len(tail_e) // BLOCK * BLOCK  # pairwise sums, block by block
         mass = np.concatenate([tail_e[:full].reshape(-1, BLOCK).sum(axis=1, dtype=np.float64),
                                [tail_e[full:].sum(dtype=np.float64)]])
+        tail_e[head] = kept
     else:
         outside = ~inside
         mass = np.bincount(d.ids[outside] // BLOCK, weights=np.exp(d.z[outside]),
