@@ -116,6 +116,37 @@ def check_gguf(path: Path) -> None:
                         hint="spec-cli runs llama.cpp GGUF models; convert or download a .gguf.")
 
 
+class _BatchViews:
+    """A llama_batch's arrays as numpy views, filled a slice at a time (a
+    ctypes store per field and token cost a verify batch of 17 ~0.1 ms)."""
+
+    def __init__(self, batch, n: int):
+        self.batch, self.n = batch, n
+        self.token = np.ctypeslib.as_array(batch.token, shape=(n,))
+        self.pos = np.ctypeslib.as_array(batch.pos, shape=(n,))
+        self.logits = np.ctypeslib.as_array(batch.logits, shape=(n,))
+        np.ctypeslib.as_array(batch.n_seq_id, shape=(n,))[:] = 1
+        self.seq = None  # the sequence every slot's seq_id names
+
+    def set(self, chunk: Sequence[int], pos0: int, seq: int, first: int | None) -> None:
+        """Tokens `chunk` at positions pos0..., in sequence `seq`, logits
+        from index `first` on (None: none)."""
+        m = len(chunk)
+        if seq != self.seq:  # once per change of sequence (a server's editor and chat)
+            for i in range(self.n):
+                self.batch.seq_id[i][0] = seq
+            self.seq = seq
+        self.batch.n_tokens = m
+        if m == 1:  # a drafted token: element stores are the cheapest
+            self.token[0], self.pos[0], self.logits[0] = chunk[0], pos0, first == 0
+            return
+        self.token[:m] = chunk
+        self.pos[:m] = range(pos0, pos0 + m)
+        self.logits[:m] = 0
+        if first is not None:
+            self.logits[first:m] = 1
+
+
 class Model:
     """A loaded GGUF with its context, batch and KV-cache bookkeeping."""
 
@@ -172,6 +203,9 @@ class Model:
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)  # llama.cpp may lower what was asked
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._fill = _BatchViews(self._batch, self.n_batch)
+        self._rows: dict[tuple[int, int], np.ndarray] = {}  # (address, rows) -> a view of llama.cpp's logits
+        self._unsure: set[int] = set()  # sequences whose caches may hold more than their tokens
         self.mtp_layers = int(llama_cpp.llama_model_n_layer_nextn(self._model))
         self.n_embd = int(llama_cpp.llama_model_n_embd(self._model))
         # seq -> the hidden state (before the LM head) at each position, for MTPHead
@@ -449,19 +483,15 @@ class Model:
         pos0 = len(self.tokens)
         # the cache holds exactly self.tokens: drop anything a decode cut
         # short by Ctrl-C may have left behind
-        llama_cpp.llama_memory_seq_rm(self._mem, self.seq, pos0, -1)
+        if self.seq in self._unsure:
+            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, pos0, -1)
         m = len(chunk)
         if self.recurrent and m - 1 > self.n_rs:  # llama.cpp's own snapshots cannot undo this batch
             self._checkpoint(pos0)
-        b.n_tokens = m
-        for i, t in enumerate(chunk):
-            b.token[i] = t
-            b.pos[i] = pos0 + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = self.seq
-            b.logits[i] = first is not None and i >= first
+        self._fill.set(chunk, pos0, self.seq, first)
         global _decode_s
         t0 = time.perf_counter()
+        self._unsure.add(self.seq)  # until its tokens are counted in self.tokens
         rc = llama_cpp.llama_decode(self._ctx, b)
         if first is not None:
             ptr = llama_cpp.llama_get_logits(self._ctx)  # waits for the device's work to end
@@ -470,6 +500,7 @@ class Model:
             raise SpecError(f"llama_decode failed with code {rc} for {self.path.name}",
                             hint="The context may be full; try a larger --ctx.")
         self.tokens.extend(chunk)
+        self._unsure.discard(self.seq)
         if self._hidden is not None:
             self._keep_hidden(pos0, m)
         if first is None:
@@ -477,8 +508,21 @@ class Model:
         n_rows = m - first
         if self._sampler_k is not None:
             return [self._candidates(first + i, copy) for i in range(n_rows)]
-        rows = np.ctypeslib.as_array(ptr, shape=(n_rows * self.n_vocab,)).reshape(n_rows, self.n_vocab)
+        rows = self._logits(ptr, n_rows)
         return rows.copy() if copy else rows
+
+    def _logits(self, ptr, n_rows: int) -> np.ndarray:
+        """llama.cpp's logits buffer as n_rows rows, a view made once per
+        address and shape: right after a decode, making one costs the host
+        ~0.1 ms (its caches hold the weights), looking it up a few us."""
+        key = (ctypes.cast(ptr, ctypes.c_void_p).value, n_rows)
+        rows = self._rows.get(key)
+        if rows is None:
+            if len(self._rows) >= 64:  # the buffer moved (llama.cpp grew it): forget the old views
+                self._rows.clear()
+            rows = np.ctypeslib.as_array(ptr, shape=(n_rows * self.n_vocab,)).reshape(n_rows, self.n_vocab)
+            self._rows[key] = rows
+        return rows
 
     def _candidates(self, i: int, copy: bool) -> Candidates:
         """Batch row i's candidates, as the sampler left them (views of
