@@ -25,9 +25,9 @@
  * sums run in another order: q may differ from sampling.dist's in the
  * last bits (the choice, only at a tie that close).  Where q keeps more
  * than `head_cap` tokens, or top-p must count the mass of the whole
- * vocabulary (top-p without top-k), it returns None and the numpy path
- * decides: whether it does depends on q's set alone, so a row and its
- * candidates (ids given) are decided alike, to the bit.
+ * vocabulary and then its window (top-p without top-k), it returns None
+ * and the numpy path decides: whether it does depends on q's set alone,
+ * so a row and its candidates (ids given) are decided alike, to the bit.
  *
  * No numpy headers: rows come through the buffer protocol. */
 
@@ -229,6 +229,7 @@ static int cmp_id(const void *a, const void *b) {
 #define TAIL_BLOCK 2048                     /* sampling.BLOCK */
 static const uint64_t BLOCK_ID = 1ULL << 40;  /* sampling._BLOCK_ID */
 static const double HEAD_NATS[] = {24.0, 16.0, 12.0, 8.0, 4.0, 0.0};
+static const double TOP_P_WINDOWS[] = {4.0, 8.0, 16.0, 32.0};  /* sampling._WINDOWS, then every token */
 
 /* exp(y) for y <= 0 in float32 (Cephes' expf: 2^n * p(r), |error| < 2 ulp;
  * 0 below -87.3, where float32 underflows as numpy's does) */
@@ -428,10 +429,7 @@ static PyObject *choose(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     int top_k_on = top_k > 0 && top_k < n;
-    /* top-p over a whole row's every token needs the vocabulary's mass: numpy's one pass
-       (candidates are all inside top-k's set already) */
-    if (!top_k_on && !tok && top_p < 1.0) goto done;
-    if (!top_k_on && !tok && !(min_p > 0.0)) {  /* the full vocabulary */
+    if (!top_k_on && !tok && !(min_p > 0.0) && top_p >= 1.0) {  /* the full vocabulary */
         double log_z;
         uint64_t key = mix(mix((uint64_t)seed + GOLDEN) + (uint64_t)pos * GOLDEN);
         token = full_vocab(x, n, bmax, nb, m, t, key, head_cap, &r, &log_z);
@@ -441,6 +439,7 @@ static PyObject *choose(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     double md = (double)m;
     double floor_d = min_p > 0.0 ? md + t * log(min_p) : -INFINITY;
+    double total_all = 0.0;  /* top-p's mass where top-k is off: every token's */
     int64_t c;
     if (top_k_on) {
         /* the k largest lie in the blocks whose maxima reach the k-th largest maximum */
@@ -464,8 +463,22 @@ static PyObject *choose(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (!make_room(&r, n)) goto done;
         for (int64_t i = 0; i < n; i++) r.ids[i] = (int32_t)i;
         c = n;
-    } else {  /* a whole row, min-p alone: the tokens above its floor (q's set); nothing at all: numpy's */
-        if (!(min_p > 0.0)) goto done;
+    } else if (top_p < 1.0) {  /* a whole row, top-p over every token: the narrowest window that holds its mass */
+        int64_t nt = (n + TAIL_BLOCK - 1) / TAIL_BLOCK;
+        double *mass = (double *)malloc((size_t)nt * sizeof(double));
+        if (!mass) goto done;
+        tail_masses(x, n, m, (float)(1.0 / t), -INFINITY, mass, &total_all);
+        free(mass);
+        for (int w = 0; w < 5; w++) {
+            float thr = w < 4 ? (float)(md - TOP_P_WINDOWS[w]) : -INFINITY;
+            c = count_above(x, n, bmax, nb, thr);
+            if (!make_room(&r, c)) goto done;
+            above(x, n, bmax, nb, thr, r.ids, r.cap);
+            double in = 0.0;
+            for (int64_t i = 0; i < c; i++) in += exp((double)x[r.ids[i]] / t - md / t);
+            if (in >= top_p * total_all) break;
+        }
+    } else {  /* a whole row, min-p alone: the tokens above its floor (q's set) */
         c = above(x, n, bmax, nb, (float)floor_d, r.ids, r.cap);
         if (c > r.cap) goto done;  /* wider than the head: the room holds head_cap at least */
     }
@@ -476,9 +489,12 @@ static PyObject *choose(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         kept[nk].id = r.ids[i];
         nk++;
     }
-    if (top_p < 1.0) {  /* the mass counted over what top-k kept, ids ascending */
-        double total = 0.0;
-        for (int64_t i = 0; i < nk; i++) total += exp(kept[i].z);
+    if (top_p < 1.0) {  /* the mass counted over what top-k kept (ids ascending), or every token */
+        double total = total_all;
+        if (top_k_on || tok) {
+            total = 0.0;
+            for (int64_t i = 0; i < nk; i++) total += exp(kept[i].z);
+        }
         qsort(kept, (size_t)nk, sizeof(zid), cmp_zid);
         double cum = 0.0;
         int64_t j = 0;
