@@ -325,3 +325,16 @@ def test_margin_sees_a_token_just_left_out_by_the_cut():
     far = x.copy()
     far[2] = -9.0  # nothing near the cut: the margin is the scores' gap again
     assert not any(fast.margin(far, cfg, s, 0) == pytest.approx(0.1) for s in at_cut)
+
+
+def test_rowcost_times_both_paths_and_puts_the_kernel_back(smollm_fast):
+    """`python -m spec_cli.run.rowcost` (the figures in README): every
+    setting timed with the kernel and without, after a real decode, and
+    the kernel in place again afterwards (nothing about speed is asserted)."""
+    from spec_cli.run import rowcost
+    kernel = fast._fastpick
+    times, host = rowcost.measure(smollm_fast, 2)
+    assert fast._fastpick is kernel
+    assert set(times) == set(rowcost.SETTINGS) and len(host) == 2 * 2 * len(rowcost.SETTINGS)
+    assert all(len(t["kernel"]) == len(t["numpy"]) == 2 for t in times.values())
+    smollm_fast.reset()

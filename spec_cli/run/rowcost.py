@@ -1,0 +1,89 @@
+"""What choosing a token costs the host, right after the decode that made
+its row -- where it is paid in a real run, with the model's weights in the
+caches -- by sampling setting, the compiled kernel against the numpy path:
+
+    python -m spec_cli.run.rowcost [--model NAME_OR_GGUF] [--runs 30]
+
+Each run decodes one token (the same position again), then times
+`sampling.decide` on its row, once with the kernel and once without, in
+turn, and the host's share of the decode itself (its time outside
+llama_decode).  Prints medians and 10th percentiles in ms; nothing here is
+asserted (speed is measured, not tested).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from ..core import sampling
+from ..core.config import SamplingConfig
+from ..errors import SpecError
+
+SETTINGS = {
+    "greedy": SamplingConfig(),
+    "llama.cpp's defaults (T 0.8)": SamplingConfig(0.8, 40, 0.95, 0.05),
+    "T 1, full vocabulary": SamplingConfig(1.0),
+    "T 0.8, top-p 0.95": SamplingConfig(0.8, top_p=0.95),
+}
+PROMPT = 'def merge_sorted(a, b):\n    """Merge two sorted lists into one sorted list."""\n'
+
+
+def measure(model, runs: int) -> tuple[dict[str, dict[str, list[float]]], list[float]]:
+    """{setting: {"kernel" | "numpy": [ms]}}, and the decode's host ms."""
+    from ..llama.backend import decode_seconds
+
+    kernel = sampling._fastpick
+    prompt = model.tokenize(PROMPT)
+    model.reset()
+    model.decode(prompt[:-1])
+    times = {name: {"kernel": [], "numpy": []} for name in SETTINGS}
+    host = []
+    for i in range(runs):
+        for name, cfg in SETTINGS.items():
+            for side in ("kernel", "numpy") if i % 2 == 0 else ("numpy", "kernel"):
+                if side == "kernel" and kernel is None:
+                    continue
+                model.truncate(len(prompt) - 1)
+                t0, d0 = time.perf_counter(), decode_seconds()
+                row = model.decode([prompt[-1]], logits_from=0, copy=False)[0]
+                t1, d1 = time.perf_counter(), decode_seconds()
+                sampling._fastpick = kernel if side == "kernel" else None
+                try:
+                    sampling.decide(row, cfg, 1, i)
+                finally:
+                    sampling._fastpick = kernel
+                times[name][side].append((time.perf_counter() - t1) * 1e3)
+                host.append((t1 - t0 - (d1 - d0)) * 1e3)
+    return times, host
+
+
+def _fmt(ms: list[float]) -> str:
+    return f"{statistics.median(ms):.3f} (p10 {sorted(ms)[len(ms) // 10]:.3f})" if ms else "-"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m spec_cli.run.rowcost", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b", help="a registered name or a .gguf path")
+    ap.add_argument("--runs", type=int, default=30)
+    args = ap.parse_args(argv)
+    from ..llama.backend import LoadConfig, Model
+    from ..models.download import resolve
+
+    try:
+        path = args.model if args.model.endswith(".gguf") else resolve(args.model)
+        with Model(path, LoadConfig(n_ctx=512)) as model:
+            times, host = measure(model, args.runs)
+            print(f"{model.path.name}: {model.n_vocab} logits a row, {model.n_threads} threads, "
+                  f"kernel {'built' if sampling._fastpick else 'absent'}; ms, median (10th percentile)")
+    except SpecError as e:
+        sys.exit(f"error: {e}")
+    for name, t in times.items():
+        print(f"  {name:30s} kernel {_fmt(t['kernel']):22s} numpy {_fmt(t['numpy'])}")
+    print(f"  {'the decode, host share':30s} {_fmt(host)}")
+
+
+if __name__ == "__main__":
+    main()
