@@ -115,9 +115,14 @@ def test_ctrl_c_keeps_text_and_exits_130(smollm_path, spec_env):
     proc = subprocess.Popen([sys.executable, "-m", "spec_cli", "generate", *SMALL, "--proposer", "none",
                              "--raw", "-n", "100000", "--ctx", "4096", "Once upon a time"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=spec_env)
-    first = proc.stdout.read(20)  # the state: text streams (up to 4000 tokens more would follow)
-    proc.send_signal(signal.SIGINT)
-    rest, err = proc.communicate(timeout=60)
+    try:
+        first = proc.stdout.read(20)  # the state: text streams (up to 4000 tokens more would follow)
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    finally:  # a failure leaves no generation running beside the rest of the suite
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130
     assert "Traceback" not in err
     assert "finish interrupted" in err

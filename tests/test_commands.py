@@ -16,9 +16,30 @@ SMALL = ["--target", "smollm2-135m", "--draft", "smollm2-135m", "--ctx", "2048"]
 EVALUATED = re.compile(r"prompt: (\d+) new tokens evaluated")
 
 
+_spawned: list = []
+
+
 def spawn(args, env, **kw):
-    return pexpect.spawn(sys.executable, ["-m", "spec_cli", *args], env=env, encoding="utf-8",
-                         timeout=120, dimensions=(40, 120), **kw)
+    child = pexpect.spawn(sys.executable, ["-m", "spec_cli", *args], env=env, encoding="utf-8",
+                          timeout=120, dimensions=(40, 120), **kw)
+    _spawned.append(child)
+    return child
+
+
+@pytest.fixture(autouse=True)
+def _no_orphans():
+    """A test that fails mid-conversation leaves no spec-cli running beside
+    the rest of the suite (one did: a chat and two `generate -n 100000`
+    slowed every later test to a crawl)."""
+    yield
+    while _spawned:
+        child = _spawned.pop()
+        if isinstance(child, subprocess.Popen):
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+        elif child.isalive():
+            child.terminate(force=True)
 
 
 def test_chat_two_turns_reuse_the_cache(smollm, spec_env):
@@ -157,6 +178,7 @@ def test_document_ctrl_c_keeps_what_was_written(smollm_path, spec_env, tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "spec_cli", "generate", *SMALL, "--raw", "-n", "100000",
                              "--ctx", "8192", "--output", str(draft), "Once upon a time"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=spec_env)
+    _spawned.append(proc)
     tmp = None
     for _ in range(600):
         parts = list(tmp_path.glob(".long.md.*.part"))
