@@ -23,8 +23,9 @@ residual rule and the tests use it).
 `choose` and `decide` hand a float32 row (or candidates) to a compiled
 kernel first (_fastpick.c, built by setup.py): the same definition in one
 call, since right after a decode each numpy call costs the host 5-20 us
-however small its array.  It takes greedy, top-k and min-p rows whose q
-keeps at most HEAD_CAP tokens; the rest, and a build without it, come here.
+however small its array.  It takes every setting; a q of more than
+HEAD_CAP tokens after top-p or min-p, and a build without the kernel,
+come here.
 
 A row may also come as `Candidates`: the ids and logits of its most likely
 tokens only, which llama.cpp's backend top-k sampler leaves (backend.py,
@@ -404,12 +405,12 @@ def _pick(d: Dist, seed: int, pos: int, *, gap: bool = True) -> tuple[int, float
                 break
     # the tail's mass by block of ids
     if d.ids is None:  # the head's tokens out of the sums for a moment (no copy of the row)
-        tail_e, kept = d.e, d.e[head]
+        tail_e, head_e = d.e, d.e[head]
         tail_e[head] = 0.0
         full = len(tail_e) // BLOCK * BLOCK  # pairwise sums, block by block
         mass = np.concatenate([tail_e[:full].reshape(-1, BLOCK).sum(axis=1, dtype=np.float64),
                                [tail_e[full:].sum(dtype=np.float64)]])
-        tail_e[head] = kept
+        tail_e[head] = head_e
     else:
         outside = ~inside
         mass = np.bincount(d.ids[outside] // BLOCK, weights=np.exp(d.z[outside]),
@@ -444,11 +445,11 @@ def _best(ids: np.ndarray, s: np.ndarray) -> tuple[int, float]:
 
 def _kernel(logits, cfg: SamplingConfig, seed: int, pos: int, confidence: bool) -> tuple[int, float] | None:
     """`decide` by the compiled kernel (_fastpick.c: one pass over a float32
-    row, then only the tokens q can keep), or None where it does not apply:
-    no kernel, or a q that keeps more than HEAD_CAP tokens or needs the
-    whole vocabulary's mass (top-p without top-k) -- there the numpy path
-    below decides.  Candidates go through it too, in ascending id order,
-    so that they and the whole row give the same q to the bit."""
+    row, a second where top-k is off, then only the tokens q can keep), or
+    None where it does not apply: no kernel, or a q cut by top-p or min-p
+    that keeps more than HEAD_CAP tokens -- there the numpy path below
+    decides.  Candidates go through it too, in ascending id order, so that
+    they and the whole row give the same q to the bit."""
     if _fastpick is None:
         return None
     ids = None
