@@ -339,60 +339,20 @@ static int64_t full_vocab(const float *x, int64_t n, const float *bmax, int64_t 
     return token;
 }
 
-/* choose(row, temperature, top_k, top_p, min_p, seed, pos, head_cap, confidence, ids)
- *   -> (token, confidence) or None
- * row: a C-contiguous float32 buffer; seed: already reduced mod 2^64.
- * ids: None for a whole row (position i is token i), or an int64 buffer
- * naming the token at each position of a row of candidates (llama.cpp's
- * top-k), ascending, so that both give the same q to the bit.
- * Greedy (temperature 0): the argmax, and with `confidence` sampling.decide's
- * signal (1 / sum of exp(x - m) over x >= m - 12).  Else the seeded choice
- * and q's top probability (with `confidence`; NaN without). */
-static PyObject *choose(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "choose takes 10 arguments");
-        return NULL;
-    }
-    double t = PyFloat_AsDouble(args[1]);
-    long long top_k = PyLong_AsLongLong(args[2]);
-    double top_p = PyFloat_AsDouble(args[3]);
-    double min_p = PyFloat_AsDouble(args[4]);
-    unsigned long long seed = PyLong_AsUnsignedLongLong(args[5]);
-    long long pos = PyLong_AsLongLong(args[6]);
-    long long head_cap = PyLong_AsLongLong(args[7]);
-    int want_conf = PyObject_IsTrue(args[8]);
-    if (PyErr_Occurred()) return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-    PyObject *result = NULL;
-    const float *x = (const float *)view.buf;
-    int64_t n = view.len / (Py_ssize_t)sizeof(float);
-    const char *f = view.format;  /* "f", or numpy's "<f" (native order only) */
-    if (f && (f[0] == '<' || f[0] == '=' || f[0] == '@') && PY_LITTLE_ENDIAN) f++;
-    if (view.itemsize != 4 || !f || strcmp(f, "f") != 0 || n < 1) {
-        PyErr_SetString(PyExc_TypeError, "choose needs a non-empty float32 row");
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    Py_buffer idv = {0};
-    const int64_t *tok = NULL;  /* position -> token id (NULL: the position is the id) */
-    if (args[9] != Py_None) {
-        if (PyObject_GetBuffer(args[9], &idv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-            PyBuffer_Release(&view);
-            return NULL;
-        }
-        const char *g = idv.format;
-        if (g && (g[0] == '<' || g[0] == '=' || g[0] == '@') && PY_LITTLE_ENDIAN) g++;
-        if (idv.itemsize != 8 || !g || (strcmp(g, "q") != 0 && strcmp(g, "l") != 0)
-                || idv.len / 8 != n) {
-            PyErr_SetString(PyExc_TypeError, "choose needs int64 ids, one for each value");
-            PyBuffer_Release(&idv);
-            PyBuffer_Release(&view);
-            return NULL;
-        }
-        tok = (const int64_t *)idv.buf;
-    }
+/* What a choice is made under: sampling.SamplingConfig, the seed (reduced
+ * mod 2^64) and sampling.HEAD_CAP. */
+typedef struct { double t; long long top_k; double top_p, min_p; uint64_t seed; long long head_cap; } settings;
+
+/* The token at output position `pos` from row x (n values; tok: the token
+ * id at each position, or NULL where the position is the id), and with
+ * want_conf decide's confidence in *conf; -1 where numpy's path decides
+ * (a NaN, a q wider than the head, no memory for the candidates), -2 when
+ * out of memory from the start. */
+static int64_t pick(const float *x, int64_t n, const int64_t *tok, const settings *st, long long pos,
+                    int want_conf, double *conf_out) {
+    const double t = st->t, top_p = st->top_p, min_p = st->min_p;
+    const long long top_k = st->top_k, head_cap = st->head_cap;
+    const uint64_t seed = st->seed;
     int64_t nb = (n + BLOCK - 1) / BLOCK;
     /* block maxima and a copy; then the candidates (room for a few thousand,
        more where a row needs it) */
@@ -402,9 +362,7 @@ static PyObject *choose(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!bmax || !make_room(&r, n < room0 ? n : room0)) {
         free(bmax);
         free(r.mem);
-        if (tok) PyBuffer_Release(&idv);
-        PyBuffer_Release(&view);
-        return PyErr_NoMemory();
+        return -2;
     }
     float *bcopy = bmax + nb;
 
@@ -531,16 +489,140 @@ done:
     free(bmax);
     free(r.mem);
     if (tok && token >= 0) token = tok[token];
+    *conf_out = conf;
+    return token;
+}
+
+static int settings_from(PyObject *const *args, settings *st) {
+    st->t = PyFloat_AsDouble(args[0]);
+    st->top_k = PyLong_AsLongLong(args[1]);
+    st->top_p = PyFloat_AsDouble(args[2]);
+    st->min_p = PyFloat_AsDouble(args[3]);
+    st->seed = PyLong_AsUnsignedLongLong(args[4]);
+    st->head_cap = PyLong_AsLongLong(args[6]);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* a float32 buffer: 0, or -1 with TypeError set and nothing held */
+static int float_rows(PyObject *obj, Py_buffer *view, int ndim) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    const char *f = view->format;  /* "f", or numpy's "<f" (native order only) */
+    if (f && (f[0] == '<' || f[0] == '=' || f[0] == '@') && PY_LITTLE_ENDIAN) f++;
+    if (view->itemsize != 4 || !f || strcmp(f, "f") != 0 || view->ndim != ndim || view->len < 4) {
+        PyErr_Format(PyExc_TypeError, "needs a non-empty %s of float32", ndim == 1 ? "row" : "2-D array");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* choose(row, temperature, top_k, top_p, min_p, seed, pos, head_cap, confidence, ids)
+ *   -> (token, confidence) or None
+ * row: a C-contiguous float32 buffer; seed: already reduced mod 2^64.
+ * ids: None for a whole row (position i is token i), or an int64 buffer
+ * naming the token at each position of a row of candidates (llama.cpp's
+ * top-k), ascending, so that both give the same q to the bit.
+ * Greedy (temperature 0): the argmax, and with `confidence` sampling.decide's
+ * signal (1 / sum of exp(x - m) over x >= m - 12).  Else the seeded choice
+ * and q's top probability (with `confidence`; NaN without). */
+static PyObject *choose(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "choose takes 10 arguments");
+        return NULL;
+    }
+    settings st;
+    if (settings_from(args + 1, &st) < 0) return NULL;
+    long long pos = PyLong_AsLongLong(args[6]);
+    int want_conf = PyObject_IsTrue(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (float_rows(args[0], &view, 1) < 0) return NULL;
+    int64_t n = view.len / (Py_ssize_t)sizeof(float);
+    Py_buffer idv = {0};
+    const int64_t *tok = NULL;
+    if (args[9] != Py_None) {
+        if (PyObject_GetBuffer(args[9], &idv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        const char *g = idv.format;
+        if (g && (g[0] == '<' || g[0] == '=' || g[0] == '@') && PY_LITTLE_ENDIAN) g++;
+        if (idv.itemsize != 8 || !g || (strcmp(g, "q") != 0 && strcmp(g, "l") != 0)
+                || idv.len / 8 != n) {
+            PyErr_SetString(PyExc_TypeError, "choose needs int64 ids, one for each value");
+            PyBuffer_Release(&idv);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        tok = (const int64_t *)idv.buf;
+    }
+    double conf = NAN;
+    int64_t token = pick((const float *)view.buf, n, tok, &st, pos, want_conf, &conf);
     if (tok) PyBuffer_Release(&idv);
     PyBuffer_Release(&view);
+    if (token == -2) return PyErr_NoMemory();
     if (token < 0) Py_RETURN_NONE;
-    result = Py_BuildValue("(Ld)", (long long)token, conf);
-    return result;
+    return Py_BuildValue("(Ld)", (long long)token, conf);
+}
+
+/* choose_rows(rows, draft, temperature, top_k, top_p, min_p, seed, pos0, head_cap)
+ *   -> [token, ...]
+ * The coupled rule's walk over a verify batch (verify.verify_choices) in
+ * one call: row i's choice at output position pos0 + i, for i = 0, 1, ...
+ * while the draft's token i equals it, and the first that differs (or the
+ * row after the draft) -- fewer where a row is numpy's to decide. */
+static PyObject *choose_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "choose_rows takes 9 arguments");
+        return NULL;
+    }
+    PyObject *sargs[7] = {args[2], args[3], args[4], args[5], args[6], args[7], args[8]};
+    settings st;
+    if (settings_from(sargs, &st) < 0) return NULL;
+    long long pos0 = PyLong_AsLongLong(args[7]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *draft = PySequence_Fast(args[1], "choose_rows needs a sequence of draft tokens");
+    if (!draft) return NULL;
+    Py_buffer view;
+    if (float_rows(args[0], &view, 2) < 0) {
+        Py_DECREF(draft);
+        return NULL;
+    }
+    int64_t rows = view.shape[0], n = view.shape[1];
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(draft);
+    PyObject *out = PyList_New(0);
+    for (int64_t i = 0; out && i < rows; i++) {
+        double conf;
+        int64_t token = pick((const float *)view.buf + i * n, n, NULL, &st, pos0 + i, 0, &conf);
+        if (token == -2) {
+            Py_CLEAR(out);
+            PyErr_NoMemory();
+            break;
+        }
+        if (token < 0) break;
+        PyObject *v = PyLong_FromLongLong(token);
+        if (!v || PyList_Append(out, v) < 0) Py_CLEAR(out);
+        Py_XDECREF(v);
+        if (!out || i >= k) break;
+        long long d = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(draft, i));
+        if (d == -1 && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            break;
+        }
+        if (d != token) break;
+    }
+    PyBuffer_Release(&view);
+    Py_DECREF(draft);
+    return out;
 }
 
 static PyMethodDef methods[] = {
     {"choose", (PyCFunction)(void (*)(void))choose, METH_FASTCALL,
      "choose(row, temperature, top_k, top_p, min_p, seed, pos, head_cap, confidence, ids) -> (token, conf) or None"},
+    {"choose_rows", (PyCFunction)(void (*)(void))choose_rows, METH_FASTCALL,
+     "choose_rows(rows, draft, temperature, top_k, top_p, min_p, seed, pos0, head_cap) -> [token, ...]"},
     {NULL, NULL, 0, NULL},
 };
 

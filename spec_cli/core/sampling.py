@@ -49,7 +49,7 @@ try:  # the compiled per-row kernel (setup.py); without it, the same choices in 
 except ImportError:  # pragma: no cover - a build without a C compiler
     _fastpick = None
 
-__all__ = ["SamplingConfig", "Candidates", "Dist", "dist", "probs", "sample", "choose", "decide",
+__all__ = ["SamplingConfig", "Candidates", "Dist", "dist", "probs", "sample", "choose", "choose_rows", "decide",
            "choose_from_probs", "gumbel", "margin"]
 
 # logit windows (in logits) tried, narrowest first, for the candidates of
@@ -461,6 +461,18 @@ def _kernel(logits, cfg: SamplingConfig, seed: int, pos: int, confidence: bool) 
         return None
     return _fastpick.choose(logits, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, seed & _MASK, pos,
                             HEAD_CAP, confidence, ids)
+
+
+def choose_rows(rows, draft, cfg: SamplingConfig, seed: int, pos0: int) -> list[int]:
+    """`choose` for rows 0, 1, ... of a verify batch (output positions
+    pos0, pos0 + 1, ...) as far as the coupled rule reads them: while the
+    draft's token is the row's choice, and the first that is not -- all in
+    one call to the kernel.  Fewer (none without it, or for candidates)
+    where the kernel leaves a row to numpy: the caller chooses the rest."""
+    if _fastpick is None or type(rows) is not np.ndarray or rows.dtype != np.float32 or rows.ndim != 2:
+        return []
+    return _fastpick.choose_rows(rows, draft, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, seed & _MASK,
+                                 pos0, HEAD_CAP)
 
 
 def decide(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> tuple[int, float]:

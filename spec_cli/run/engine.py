@@ -30,7 +30,7 @@ from ..llama.backend import Detokenizer, Model, decode_seconds
 from ..errors import SpecError
 from .proposers import EMPTY, Proposal, Proposer
 from ..core.config import Decoding
-from ..core.sampling import SamplingConfig, choose, margin, probs as to_probs
+from ..core.sampling import SamplingConfig, choose, choose_rows, margin, probs as to_probs
 from ..core.policy import CostModel, Policy
 from ..core.verify import verify, verify_choices
 
@@ -241,7 +241,9 @@ def _rule(decoding: Decoding, out: "_Output"):
     sampling, seed = decoding.sampling, decoding.seed
     if sampling.greedy or decoding.rule == "gumbel":
         def pick(logits, draft, prop):
-            return verify_choices(draft, lambda i: choose(logits[i], sampling, seed, out.produced + i))
+            walked = choose_rows(logits, draft, sampling, seed, out.produced)  # the kernel's, in one call
+            return verify_choices(draft, lambda i: walked[i] if i < len(walked)
+                                  else choose(logits[i], sampling, seed, out.produced + i))
     else:
         rng = np.random.default_rng(seed)
 
