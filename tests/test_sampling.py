@@ -150,9 +150,9 @@ def test_the_compiled_kernel_makes_the_numpy_paths_choices(real_rows, monkeypatc
     assert fast._fastpick is not None, "the kernel did not build: see setup.py"
     rows = [*real_rows, *(real_rows[::3] * np.float32(0.2)), np.round(real_rows[0]),
             np.zeros_like(real_rows[0])]
-    cfgs = [SamplingConfig(temperature=t, top_k=k, top_p=p, min_p=mp)
-            for t in (0.0, 0.4, 0.8, 1.7) for k in (0, 1, 7, 40, 3000) for p in (1.0, 0.95, 0.4)
-            for mp in (0.0, 0.05, 0.3)]
+    cfgs = [SamplingConfig()] + [SamplingConfig(temperature=t, top_k=k, top_p=p, min_p=mp)
+                                 for t in (0.6, 1.7) for k in (0, 1, 40, 3000) for p in (1.0, 0.95, 0.4)
+                                 for mp in (0.0, 0.05, 0.3)]
     kernel, used, left, tail_wins = fast._fastpick, 0, 0, 0
     small_head = [(SamplingConfig(temperature=t), 32, rep) for t in (1.0, 1.7) for rep in range(3)]
     for cfg, head_cap, rep in [(c, fast.HEAD_CAP, 0) for c in cfgs] + small_head:
@@ -174,7 +174,7 @@ def test_the_compiled_kernel_makes_the_numpy_paths_choices(real_rows, monkeypatc
             assert got[0] == want[0] == ref, (cfg, r)
             assert got[1] == pytest.approx(want[1], rel=1e-6), (cfg, r)
             assert fast.choose(row, cfg, seed, pos) == got[0]
-    assert used > 2000 and left > 300 and tail_wins > 5, (used, left, tail_wins)
+    assert used > 2000 and left > 200 and tail_wins > 5, (used, left, tail_wins)
     with pytest.raises(TypeError, match="float32"):
         kernel.choose(np.zeros(4, np.float64), 1.0, 0, 1.0, 0.1, 0, 0, 8, False, None)
 
