@@ -53,17 +53,18 @@ static uint64_t mix(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-/* sampling.gumbel for one token (key: mix(mix(seed + GOLDEN) + pos * GOLDEN)) */
+/* the noise's key at an output position: sampling.gumbel's */
+static uint64_t noise_key(uint64_t seed, long long pos) {
+    return mix(mix(seed + GOLDEN) + (uint64_t)pos * GOLDEN);
+}
+
+/* sampling.gumbel for one token, under noise_key(seed, pos) */
 static double gumbel(uint64_t key, uint64_t token) {
     uint64_t x = mix((token * GOLDEN) ^ key) >> 11;
     double u = ((double)x + 0.5) * (1.0 / 9007199254740992.0);  /* 2^-53 */
     return -log(-log(u));
 }
 
-/* Block maxima of x (nb = ceil(n / BLOCK) of them) and the row's argmax:
- * the first index holding the largest value; -1 where the row holds a NaN
- * (or both infinities: numpy's path then decides, as np.argmax takes a NaN
- * for the largest). */
 /* one block of BLOCK logits: its maximum, and their sum added to *sum */
 static float block_max(const float *p, float *sum) {
 #if defined(__SSE2__) || defined(_M_X64)
@@ -101,6 +102,10 @@ static float block_max(const float *p, float *sum) {
 #endif
 }
 
+/* Block maxima of x (nb = ceil(n / BLOCK) of them) and the row's argmax:
+ * the first index holding the largest value; -1 where the row holds a NaN
+ * (or both infinities: numpy's path then decides, as np.argmax takes a NaN
+ * for the largest). */
 static int64_t scan(const float *x, int64_t n, float *bmax, int64_t nb) {
     float sum = 0.0f;  /* NaN where some logit is (a max can pass one over) */
     for (int64_t b = 0; b < nb; b++) {
@@ -255,9 +260,10 @@ static __m128 exp4(__m128 y) {
 }
 #endif
 
-/* Per TAIL_BLOCK block, the mass of its tokens below `thr` (the tail), and
- * the mass of every token (*total): exp((x - m) * inv_t) as float32, in
- * float32 over 64 logits at a time, then in double. */
+/* Per TAIL_BLOCK block, the mass of its tokens below `thr` (the tail; mass
+ * may be NULL where only the total is wanted), and the mass of every token
+ * (*total): exp((x - m) * inv_t) as float32, in float32 over 64 logits at
+ * a time, then in double. */
 static void tail_masses(const float *x, int64_t n, float m, float inv_t, float thr, double *mass, double *total) {
     double all = 0.0;
     int64_t nt = (n + TAIL_BLOCK - 1) / TAIL_BLOCK;
@@ -286,7 +292,7 @@ static void tail_masses(const float *x, int64_t n, float m, float inv_t, float t
             all += e;
             if (x[i] < thr) tail += e;
         }
-        mass[b] = tail;
+        if (mass) mass[b] = tail;
     }
     *total = all;
 }
@@ -389,8 +395,7 @@ static int64_t pick(const float *x, int64_t n, const int64_t *tok, const setting
     int top_k_on = top_k > 0 && top_k < n;
     if (!top_k_on && !tok && !(min_p > 0.0) && top_p >= 1.0) {  /* the full vocabulary */
         double log_z;
-        uint64_t key = mix(mix((uint64_t)seed + GOLDEN) + (uint64_t)pos * GOLDEN);
-        token = full_vocab(x, n, bmax, nb, m, t, key, head_cap, &r, &log_z);
+        token = full_vocab(x, n, bmax, nb, m, t, noise_key(seed, pos), head_cap, &r, &log_z);
         if (token < 0) goto done;
         if (want_conf) conf = exp(-log_z);
         goto done;
@@ -422,11 +427,7 @@ static int64_t pick(const float *x, int64_t n, const int64_t *tok, const setting
         for (int64_t i = 0; i < n; i++) r.ids[i] = (int32_t)i;
         c = n;
     } else if (top_p < 1.0) {  /* a whole row, top-p over every token: the narrowest window that holds its mass */
-        int64_t nt = (n + TAIL_BLOCK - 1) / TAIL_BLOCK;
-        double *mass = (double *)malloc((size_t)nt * sizeof(double));
-        if (!mass) goto done;
-        tail_masses(x, n, m, (float)(1.0 / t), -INFINITY, mass, &total_all);
-        free(mass);
+        tail_masses(x, n, m, (float)(1.0 / t), -INFINITY, NULL, &total_all);
         for (int w = 0; w < 5; w++) {
             float thr = w < 4 ? (float)(md - TOP_P_WINDOWS[w]) : -INFINITY;
             c = count_above(x, n, bmax, nb, thr);
@@ -478,7 +479,7 @@ static int64_t pick(const float *x, int64_t n, const int64_t *tok, const setting
     double s = 0.0;
     for (int64_t i = 0; i < nk; i++) s += exp(kept[i].z - zmax);
     double log_z = zmax + log(s);
-    uint64_t key = mix(mix((uint64_t)seed + GOLDEN) + (uint64_t)pos * GOLDEN);
+    uint64_t key = noise_key(seed, pos);
     double best = -INFINITY;
     for (int64_t i = 0; i < nk; i++) {
         double score = gumbel(key, (uint64_t)(tok ? tok[kept[i].id] : kept[i].id)) + (kept[i].z - log_z);
