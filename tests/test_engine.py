@@ -185,6 +185,45 @@ def test_logits_rows_are_only_those_asked_for(smollm):
     assert np.array_equal(again[0], rows[0])  # rollback + re-decode gives the same row
 
 
+def test_decode_choose_is_a_decode_then_the_rows_choice(smollm, monkeypatch):
+    """Model.decode_choose (a drafted token read and the next one chosen in
+    one call to the kernel) leaves the tokens and the cache as decode()
+    does, counts its time inside llama.cpp, and chooses what
+    sampling.choice chooses from the row, for each setting, with and
+    without the confidence; without the kernel, the same through decode()."""
+    from spec_cli.core import sampling
+    from spec_cli.llama.backend import decode_seconds
+    m = smollm
+    m.reset()
+    prompt = m.tokenize("The three primary colours are")
+    m.decode(prompt)
+    n0 = len(m.tokens)
+    feed = m.tokenize(" red, yellow and blue, and the secondary ones", add_special=False)
+    settings = [GREEDY, SamplingConfig(0.8, 40, 0.95, 0.05), SamplingConfig(1.0), SamplingConfig(0.7, top_p=0.9)]
+    want = {}
+    for cfg in settings:
+        m.truncate(n0)
+        for i, t in enumerate(feed):
+            row = m.decode([t], logits_from=0)[0]
+            want[cfg, i] = sampling.choice(row, cfg, 7, 40 + i, True)
+            first = row if i == 0 else first
+    assert sampling._fastpick is not None, "the kernel did not build"
+    for kernel in (sampling._fastpick, None):
+        monkeypatch.setattr(sampling, "_fastpick", kernel)
+        for cfg in settings:
+            m.truncate(n0)
+            for i, t in enumerate(feed):
+                sure = i % 2 == 0
+                d0 = decode_seconds()
+                token, conf = m.decode_choose(t, cfg, 7, 40 + i, confidence=sure)
+                assert decode_seconds() > d0
+                assert m.tokens == prompt + feed[:i + 1]
+                assert token == want[cfg, i][0], (cfg, i, kernel)
+                assert conf == (pytest.approx(want[cfg, i][1], rel=1e-6) if sure else 1.0)  # numpy sums in another order
+    m.truncate(n0)  # the cache holds what `tokens` says: the first row comes again, bit for bit
+    assert np.array_equal(m.decode(feed[:1], logits_from=0)[0], first)
+
+
 def test_a_draft_model_never_chosen_never_reads_the_prompt(smollm, smollm_draft):
     """With the cost model on and a draft far too slow to pay, the draft
     model is never run: not even the prompt is evaluated."""

@@ -344,7 +344,9 @@ def test_choose_rows_walks_a_verify_batch_as_the_rule_does(real_rows, monkeypatc
     """The kernel's walk over a verify batch gives each row's `choose`,
     from the first row on, while the draft agrees, and the first choice
     that disagrees (or the one after the draft); it stops short where a
-    row is numpy's to decide, so the rule chooses the rest row by row."""
+    row is numpy's to decide, so the rule chooses the rest row by row.
+    In several threads (rows claimed in order, none read past a known
+    stop) the walk is the same."""
     from spec_cli.core.verify import verify_choices
     rows = np.ascontiguousarray(real_rows[:9])
     for cfg in [SamplingConfig(), SamplingConfig(0.8, 40, 0.95, 0.05), SamplingConfig(1.0),
@@ -353,9 +355,11 @@ def test_choose_rows_walks_a_verify_batch_as_the_rule_does(real_rows, monkeypatc
             truth = [fast.choose(row, cfg, seed, 5 + i) for i, row in enumerate(rows)]
             for j in (0, 3, 8):  # the draft parts from the choices at j (8: it never does)
                 draft = truth[:j] + [truth[j] + 1] + truth[j + 1:8] if j < 8 else truth[:8]
-                walked = fast.choose_rows(rows, draft, cfg, seed, 5)
-                assert walked == truth[:j + 1], (cfg, seed, j)
-                assert verify_choices(draft, walked.__getitem__) == (j, truth[j])
+                for threads in (1, 2, 3):
+                    walked = fast.choose_rows(rows, draft, cfg, seed, 5, threads)
+                    assert walked == truth[:j + 1], (cfg, seed, j, threads)
+                    assert verify_choices(draft, walked.__getitem__) == (j, truth[j])
     monkeypatch.setattr(fast, "HEAD_CAP", 1)  # every sampled row's q is wider: numpy's, from row 0
-    assert fast.choose_rows(rows, truth[:8], SamplingConfig(1.0, top_k=40), 0, 5) == []
+    for threads in (1, 2):
+        assert fast.choose_rows(rows, truth[:8], SamplingConfig(1.0, top_k=40), 0, 5, threads) == []
     assert fast.choose_rows(list(rows), truth[:8], SamplingConfig(), 0, 5) == []  # not an array: row by row

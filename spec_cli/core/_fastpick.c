@@ -34,6 +34,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,15 @@
 #include <emmintrin.h>
 #elif defined(__ARM_NEON) && defined(__aarch64__)
 #include <arm_neon.h>
+#endif
+#ifdef _WIN32
+#include <windows.h>
+#endif
+/* rows of a verify batch in several threads: where setup.py built with
+ * OpenMP (llama.cpp's CPU backend uses the same libgomp, whose workers are
+ * still spinning when a decode returns, so a parallel region costs ~us) */
+#if defined(_OPENMP) && defined(__GNUC__)
+#define ROWS_IN_THREADS 1
 #endif
 
 #define BLOCK 64
@@ -198,6 +208,30 @@ static float kth_largest(float *v, int64_t n, int64_t k) {
     }
     return v[want];
 }
+
+/* The k largest values seen so far, ascending in run[0..k) (a small k):
+ * most values fail the first compare, with run[0]. */
+typedef struct { float *run; int64_t c, k; } largest;
+
+static void keep(largest *l, float x) {
+    int64_t j;
+    if (l->c < l->k) {
+        for (j = l->c++; j > 0 && l->run[j - 1] > x; j--) l->run[j] = l->run[j - 1];
+        l->run[j] = x;
+    } else if (x > l->run[0]) {
+        for (j = 1; j < l->k && l->run[j] < x; j++) l->run[j - 1] = l->run[j];
+        l->run[j - 1] = x;
+    }
+}
+
+/* the k-th largest of v[0..n) (n >= k >= 1), v unchanged */
+static float kth_largest_small(const float *v, int64_t n, int64_t k, float *run) {
+    largest l = {run, 0, k};
+    for (int64_t i = 0; i < n; i++) keep(&l, v[i]);
+    return run[0];
+}
+
+#define SMALL_K 128  /* up to here kth_largest_small, beyond it quickselect */
 
 typedef struct { double z; int32_t id; } zid;
 
@@ -407,7 +441,9 @@ static int64_t pick(const float *x, int64_t n, const int64_t *tok, const setting
     if (top_k_on) {
         /* the k largest lie in the blocks whose maxima reach the k-th largest maximum */
         float bk = -INFINITY;
-        if (nb > top_k) {
+        if (nb > top_k && top_k <= SMALL_K) {
+            bk = kth_largest_small(bmax, nb, top_k, bcopy);
+        } else if (nb > top_k) {
             memcpy(bcopy, bmax, (size_t)nb * sizeof(float));
             bk = kth_largest(bcopy, nb, top_k);
         }
@@ -417,7 +453,8 @@ static int64_t pick(const float *x, int64_t n, const int64_t *tok, const setting
             above(x, n, bmax, nb, bk, r.ids, r.cap);
         }
         for (int64_t i = 0; i < c; i++) r.vals[i] = x[r.ids[i]];
-        float kth = kth_largest(r.vals, c, top_k);
+        float kth = top_k <= SMALL_K ? kth_largest_small(r.vals, c, top_k, (float *)r.kept)
+                                     : kth_largest(r.vals, c, top_k);
         int64_t j = 0;
         for (int64_t i = 0; i < c; i++)
             if (x[r.ids[i]] >= kth) r.ids[j++] = r.ids[i];
@@ -567,63 +604,203 @@ static PyObject *choose(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(Ld)", (long long)token, conf);
 }
 
-/* choose_rows(rows, draft, temperature, top_k, top_p, min_p, seed, pos0, head_cap)
+/* The coupled rule's walk (verify.verify_choices) over `rows` rows of n
+ * logits: row i's choice at output position pos0 + i into got[i], for i =
+ * 0, 1, ... while the draft's token i equals it, and the first that
+ * differs (or the row after the draft).  Returns how many it chose; fewer
+ * where a row is numpy's to decide (*status is -1 then, -2 when out of
+ * memory; else 0).  With threads > 1, rows are claimed in order by each thread
+ * (the rows are read from memory, not computed: on a memory-bound host two
+ * cores read them nearly twice as fast), and none after a known stop. */
+static int64_t walk(const float *x, int64_t n, int64_t rows, const long long *draft, int64_t k,
+                    const settings *st, long long pos0, int threads, int64_t *got, int64_t *status) {
+    for (int64_t i = 0; i < rows; i++) got[i] = -3;
+#ifdef ROWS_IN_THREADS
+    if (threads > 1 && rows > 1) {
+        int64_t next = 0, stop = rows;  /* the next row to claim; rows from `stop` on are not read */
+#pragma omp parallel num_threads(threads)
+        for (;;) {
+            int64_t i = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
+            if (i >= __atomic_load_n(&stop, __ATOMIC_ACQUIRE)) break;
+            double conf;
+            int64_t token = pick(x + i * n, n, NULL, st, pos0 + i, 0, &conf);
+            got[i] = token;
+            if (token < 0 || i >= k || draft[i] != token) {  /* the walk ends here at the latest */
+                int64_t cur = __atomic_load_n(&stop, __ATOMIC_ACQUIRE);
+                while (i + 1 < cur && !__atomic_compare_exchange_n(&stop, &cur, i + 1, 0, __ATOMIC_ACQ_REL,
+                                                                    __ATOMIC_ACQUIRE)) {}
+            }
+        }
+        /* every row before the final stop was claimed and chosen */
+    } else
+#endif
+    {
+        (void)threads;
+        for (int64_t i = 0; i < rows; i++) {
+            double conf;
+            got[i] = pick(x + i * n, n, NULL, st, pos0 + i, 0, &conf);
+            if (got[i] < 0 || i >= k || draft[i] != got[i]) break;
+        }
+    }
+    int64_t count = 0;
+    *status = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        if (got[i] < 0) {
+            *status = got[i];
+            break;
+        }
+        count++;
+        if (i >= k || draft[i] != got[i]) break;
+    }
+    return count;
+}
+
+/* choose_rows(rows, draft, temperature, top_k, top_p, min_p, seed, pos0, head_cap, threads)
  *   -> [token, ...]
- * The coupled rule's walk over a verify batch (verify.verify_choices) in
- * one call: row i's choice at output position pos0 + i, for i = 0, 1, ...
- * while the draft's token i equals it, and the first that differs (or the
- * row after the draft) -- fewer where a row is numpy's to decide. */
+ * walk() over a verify batch: its choices in order, fewer where a row is
+ * numpy's to decide (the caller chooses the rest). */
 static PyObject *choose_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "choose_rows takes 9 arguments");
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "choose_rows takes 10 arguments");
         return NULL;
     }
     PyObject *sargs[7] = {args[2], args[3], args[4], args[5], args[6], args[7], args[8]};
     settings st;
     if (settings_from(sargs, &st) < 0) return NULL;
     long long pos0 = PyLong_AsLongLong(args[7]);
+    long threads = PyLong_AsLong(args[9]);
     if (PyErr_Occurred()) return NULL;
     PyObject *draft = PySequence_Fast(args[1], "choose_rows needs a sequence of draft tokens");
     if (!draft) return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(draft);
     Py_buffer view;
     if (float_rows(args[0], &view, 2) < 0) {
         Py_DECREF(draft);
         return NULL;
     }
-    int64_t rows = view.shape[0], n = view.shape[1];
-    Py_ssize_t k = PySequence_Fast_GET_SIZE(draft);
-    PyObject *out = PyList_New(0);
-    for (int64_t i = 0; out && i < rows; i++) {
-        double conf;
-        int64_t token = pick((const float *)view.buf + i * n, n, NULL, &st, pos0 + i, 0, &conf);
-        if (token == -2) {
-            Py_CLEAR(out);
-            PyErr_NoMemory();
-            break;
-        }
-        if (token < 0) break;
-        PyObject *v = PyLong_FromLongLong(token);
-        if (!v || PyList_Append(out, v) < 0) Py_CLEAR(out);
-        Py_XDECREF(v);
-        if (!out || i >= k) break;
-        long long d = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(draft, i));
-        if (d == -1 && PyErr_Occurred()) {
-            Py_CLEAR(out);
-            break;
-        }
-        if (d != token) break;
+    int64_t n = view.shape[1], rows = view.shape[0] < k + 1 ? view.shape[0] : k + 1;
+    long long *dr = (long long *)malloc(((size_t)k + 1) * sizeof(long long));
+    int64_t *got = (int64_t *)malloc(((size_t)rows + 1) * sizeof(int64_t));
+    PyObject *out = NULL;
+    if (!dr || !got) {
+        PyErr_NoMemory();
+        goto end;
     }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        dr[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(draft, i));
+        if (dr[i] == -1 && PyErr_Occurred()) goto end;
+    }
+    int64_t status;
+    int64_t count = walk((const float *)view.buf, n, rows, dr, k, &st, pos0,
+                         threads < 1 ? 1 : (int)threads, got, &status);
+    if (status == -2) {
+        PyErr_NoMemory();
+        goto end;
+    }
+    out = PyList_New(count);
+    for (int64_t i = 0; out && i < count; i++) {
+        PyObject *v = PyLong_FromLongLong(got[i]);
+        if (!v) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, v);
+    }
+end:
+    free(dr);
+    free(got);
     PyBuffer_Release(&view);
     Py_DECREF(draft);
     return out;
+}
+
+/* -- one drafted token: llama_decode and the choice in one call ----------
+ * llama.h's llama_batch, as llama-cpp-python 0.3.36 binds it (its ctypes
+ * Structure has these fields in this order) */
+typedef struct {
+    int32_t n_tokens;
+    int32_t *token;
+    float *embd;
+    int32_t *pos;
+    int32_t *n_seq_id;
+    int32_t **seq_id;
+    int8_t *logits;
+} llama_batch_t;
+typedef int32_t (*decode_fn)(void *ctx, llama_batch_t batch);
+typedef float *(*logits_fn)(void *ctx);
+
+static double now(void) {
+#ifdef _WIN32
+    LARGE_INTEGER f, c;
+    QueryPerformanceFrequency(&f);
+    QueryPerformanceCounter(&c);
+    return (double)c.QuadPart / (double)f.QuadPart;
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#endif
+}
+
+/* decode_choose(decode, get_logits, ctx, batch, n_vocab, token, pos, temperature, top_k, top_p,
+ *               min_p, seed, out_pos, head_cap, confidence) -> (rc, seconds, token, conf)
+ * Append `token` at KV position `pos` of the sequence the batch's first
+ * slot names (its seq_id is the caller's to set), by llama_decode (the
+ * function at address `decode`, the context at `ctx`, the llama_batch at
+ * `batch`), the GIL released meanwhile; then choose from its logits row
+ * (llama_get_logits at `get_logits`) as choose() does, at output position
+ * out_pos.  rc: llama_decode's (nothing chosen unless 0); seconds: the
+ * time inside llama.cpp; token: -1 where numpy's path decides (the row is
+ * in llama.cpp's buffer), -2 when out of memory. */
+static PyObject *decode_choose(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 15) {
+        PyErr_SetString(PyExc_TypeError, "decode_choose takes 15 arguments");
+        return NULL;
+    }
+    void *addr[4];
+    for (int i = 0; i < 4; i++) addr[i] = PyLong_AsVoidPtr(args[i]);
+    long long n = PyLong_AsLongLong(args[4]), token = PyLong_AsLongLong(args[5]);
+    long long pos = PyLong_AsLongLong(args[6]), out_pos = PyLong_AsLongLong(args[12]);
+    PyObject *sargs[7] = {args[7], args[8], args[9], args[10], args[11], args[12], args[13]};
+    settings st;
+    if (settings_from(sargs, &st) < 0) return NULL;
+    int want_conf = PyObject_IsTrue(args[14]);
+    if (PyErr_Occurred()) return NULL;
+    if (!addr[0] || !addr[1] || !addr[2] || !addr[3] || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "decode_choose needs llama.cpp's functions, context and batch");
+        return NULL;
+    }
+    decode_fn decode;
+    logits_fn get_logits;
+    memcpy(&decode, &addr[0], sizeof decode);  /* object to function pointer, as dlsym's users do */
+    memcpy(&get_logits, &addr[1], sizeof get_logits);
+    llama_batch_t *b = (llama_batch_t *)addr[3];
+    b->n_tokens = 1;
+    b->token[0] = (int32_t)token;
+    b->pos[0] = (int32_t)pos;
+    b->n_seq_id[0] = 1;
+    b->logits[0] = 1;
+    int32_t rc;
+    const float *row = NULL;
+    double t0 = now(), spent;
+    Py_BEGIN_ALLOW_THREADS
+    rc = decode(addr[2], *b);
+    if (rc == 0) row = get_logits(addr[2]);
+    Py_END_ALLOW_THREADS
+    spent = now() - t0;
+    long long chosen = -1;
+    double conf = NAN;
+    if (rc == 0 && row) chosen = pick(row, n, NULL, &st, out_pos, want_conf, &conf);
+    return Py_BuildValue("(idLd)", (int)rc, spent, chosen, conf);
 }
 
 static PyMethodDef methods[] = {
     {"choose", (PyCFunction)(void (*)(void))choose, METH_FASTCALL,
      "choose(row, temperature, top_k, top_p, min_p, seed, pos, head_cap, confidence, ids) -> (token, conf) or None"},
     {"choose_rows", (PyCFunction)(void (*)(void))choose_rows, METH_FASTCALL,
-     "choose_rows(rows, draft, temperature, top_k, top_p, min_p, seed, pos0, head_cap) -> [token, ...]"},
+     "choose_rows(rows, draft, temperature, top_k, top_p, min_p, seed, pos0, head_cap, threads) -> [token, ...]"},
+    {"decode_choose", (PyCFunction)(void (*)(void))decode_choose, METH_FASTCALL,
+     "decode_choose(decode, get_logits, ctx, batch, n_vocab, token, pos, temperature, top_k, top_p, min_p, "
+     "seed, out_pos, head_cap, confidence) -> (rc, seconds, token, conf)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -49,7 +49,7 @@ try:  # the compiled per-row kernel (setup.py); without it, the same choices in 
 except ImportError:  # pragma: no cover - a build without a C compiler
     _fastpick = None
 
-__all__ = ["SamplingConfig", "Candidates", "Dist", "dist", "probs", "sample", "choose", "choose_rows", "decide",
+__all__ = ["SamplingConfig", "Candidates", "Dist", "dist", "probs", "sample", "choose", "choose_rows", "choice", "decide",
            "choose_from_probs", "gumbel", "margin"]
 
 # logit windows (in logits) tried, narrowest first, for the candidates of
@@ -345,15 +345,15 @@ def sample(p: np.ndarray, rng: np.random.Generator) -> int:
 # result is an exact sample from q, the same function of (q, seed, position)
 # for the draft and the target, and the tail is read only when it wins.
 
-_MASK = (1 << 64) - 1
+MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 
 
 def _mix_int(x: int) -> int:
     """splitmix64's finaliser on a Python int (64-bit wrap-around)."""
-    x &= _MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    x &= MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
     return x ^ (x >> 31)
 
 
@@ -459,20 +459,23 @@ def _kernel(logits, cfg: SamplingConfig, seed: int, pos: int, confidence: bool) 
         ids, logits = _by_id(logits)
     elif type(logits) is not np.ndarray or logits.dtype != np.float32 or logits.ndim != 1:
         return None
-    return _fastpick.choose(logits, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, seed & _MASK, pos,
+    return _fastpick.choose(logits, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, seed & MASK, pos,
                             HEAD_CAP, confidence, ids)
 
 
-def choose_rows(rows, draft, cfg: SamplingConfig, seed: int, pos0: int) -> list[int]:
+def choose_rows(rows, draft, cfg: SamplingConfig, seed: int, pos0: int, threads: int = 1) -> list[int]:
     """`choose` for rows 0, 1, ... of a verify batch (output positions
     pos0, pos0 + 1, ...) as far as the coupled rule reads them: while the
     draft's token is the row's choice, and the first that is not -- all in
-    one call to the kernel.  Fewer (none without it, or for candidates)
-    where the kernel leaves a row to numpy: the caller chooses the rest."""
+    one call to the kernel, its rows read in up to `threads` threads (where
+    it was built with OpenMP; the rows come from memory, and on a
+    memory-bound host each core reads its own share).  Fewer (none without
+    the kernel, or for candidates) where the kernel leaves a row to numpy:
+    the caller chooses the rest."""
     if _fastpick is None or type(rows) is not np.ndarray or rows.dtype != np.float32 or rows.ndim != 2:
         return []
-    return _fastpick.choose_rows(rows, draft, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, seed & _MASK,
-                                 pos0, HEAD_CAP)
+    return _fastpick.choose_rows(rows, draft, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, seed & MASK,
+                                 pos0, HEAD_CAP, threads)
 
 
 def decide(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> tuple[int, float]:
@@ -502,6 +505,14 @@ def choose(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> int:
     if cfg.greedy:
         return _argmax(logits)[0]
     return _pick(dist(logits, cfg), seed, pos, gap=False)[0]
+
+
+def choice(logits, cfg: SamplingConfig, seed: int, pos: int, confidence: bool) -> tuple[int, float]:
+    """(the token at output position `pos`, how sure it is): `decide` where
+    `confidence` is asked for, else `choose` and 1.0."""
+    if confidence:
+        return decide(logits, cfg, seed, pos)
+    return choose(logits, cfg, seed, pos), 1.0
 
 
 def choose_from_probs(q: np.ndarray, seed: int, pos: int) -> int:

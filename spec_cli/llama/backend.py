@@ -25,6 +25,7 @@ import numpy as np
 
 import llama_cpp
 
+from ..core import sampling
 from ..core.sampling import Candidates
 from . import bufts, cores
 from ..errors import SpecError
@@ -205,6 +206,7 @@ class Model:
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._fill = _BatchViews(self._batch, self.n_batch)
         self._rows: dict[tuple[int, int], np.ndarray] = {}  # (address, rows) -> a view of llama.cpp's logits
+        self._entry: tuple | None = None  # what decode_choose hands the kernel: llama.cpp's functions, ctx, batch
         self._unsure: set[int] = set()  # sequences whose caches may hold more than their tokens
         self.mtp_layers = int(llama_cpp.llama_model_n_layer_nextn(self._model))
         self.n_embd = int(llama_cpp.llama_model_n_embd(self._model))
@@ -510,6 +512,51 @@ class Model:
             return [self._candidates(first + i, copy) for i in range(n_rows)]
         rows = self._logits(ptr, n_rows)
         return rows.copy() if copy else rows
+
+    def decode_choose(self, token: int, cfg: "sampling.SamplingConfig", seed: int, pos: int,
+                      confidence: bool = False) -> tuple[int, float]:
+        """Append `token` and choose the next one from its row: `decode([token],
+        logits_from=0)`, then `sampling.choice` at output position `pos`.  Where the
+        compiled kernel is there and the row comes whole, both happen in one
+        call to it: right after a decode each Python step costs the host
+        several us (its caches hold the weights), ~0.1 ms a drafted token
+        between llama.cpp's logits and the choice."""
+        kernel = sampling._fastpick
+        if (kernel is None or self._hidden is not None
+                or (self.candidates_k is not None and self.device_top_k)):
+            row = self.decode([token], logits_from=0, copy=False, candidates=True)[0]
+            return sampling.choice(row, cfg, seed, pos, confidence)
+        if len(self.tokens) + 1 > self.n_ctx:
+            raise ContextFull(len(self.tokens) + 1, self.n_ctx)
+        if self._sampler_k is not None:
+            self._attach(None)
+        pos0 = len(self.tokens)
+        if self.seq in self._unsure:  # as _decode_chunk: what an interrupted decode left
+            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, pos0, -1)
+        if self._fill.seq != self.seq:
+            self._fill.set([token], pos0, self.seq, 0)  # the batch's slots name this sequence
+        if self._entry is None:
+            lib = llama_cpp.llama_cpp._lib
+            self._entry = (ctypes.cast(lib.llama_decode, ctypes.c_void_p).value,
+                           ctypes.cast(lib.llama_get_logits, ctypes.c_void_p).value,
+                           ctypes.cast(self._ctx, ctypes.c_void_p).value, ctypes.addressof(self._batch), self.n_vocab)
+        global _decode_s
+        self._unsure.add(self.seq)
+        rc, spent, chosen, conf = kernel.decode_choose(
+            *self._entry, token, pos0, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, seed & sampling.MASK,
+            pos, sampling.HEAD_CAP, confidence)
+        _decode_s += spent
+        if rc != 0:
+            raise SpecError(f"llama_decode failed with code {rc} for {self.path.name}",
+                            hint="The context may be full; try a larger --ctx.")
+        self.tokens.append(token)
+        self._unsure.discard(self.seq)
+        if chosen == -2:
+            raise MemoryError("no memory for a token's candidates")
+        if chosen >= 0:
+            return chosen, conf if confidence else 1.0
+        row = self._logits(llama_cpp.llama_get_logits(self._ctx), 1)[0]  # numpy's to decide (a NaN, a wide q)
+        return sampling.choice(row, cfg, seed, pos, confidence)
 
     def _logits(self, ptr, n_rows: int) -> np.ndarray:
         """llama.cpp's logits buffer as n_rows rows, a view made once per

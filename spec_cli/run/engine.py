@@ -238,10 +238,10 @@ def check_rule(rule: str) -> str:
 
 def _rule(decoding: Decoding, out: "_Output"):
     """The acceptance rule as pick(logits, draft, proposal) -> (accepted, token)."""
-    sampling, seed = decoding.sampling, decoding.seed
+    sampling, seed, threads = decoding.sampling, decoding.seed, out.target.n_threads
     if sampling.greedy or decoding.rule == "gumbel":
         def pick(logits, draft, prop):
-            walked = choose_rows(logits, draft, sampling, seed, out.produced)  # the kernel's, in one call
+            walked = choose_rows(logits, draft, sampling, seed, out.produced, threads)  # the kernel's, in one call
             return verify_choices(draft, lambda i: walked[i] if i < len(walked)
                                   else choose(logits[i], sampling, seed, out.produced + i))
     else:

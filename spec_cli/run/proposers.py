@@ -26,7 +26,7 @@ import numpy as np
 
 from ..llama.backend import Model, common_prefix
 from ..core.config import Decoding
-from ..core.sampling import SamplingConfig, choose, decide, probs as to_probs, sample
+from ..core.sampling import SamplingConfig, choice, probs as to_probs, sample
 
 
 @dataclass(frozen=True)
@@ -185,11 +185,10 @@ class DraftModel:
         sampling, seed = self.sampling, self.decoding.seed
         coupled = sampling.greedy or self.decoding.rule == "gumbel"
         unsure = self.p_min > 0.0 or keep_going is not None  # the draft's confidence is asked for
+        chosen = choice(logits, sampling, seed, pos, unsure) if coupled else None
         for i in range(k):
-            if coupled and not unsure:
-                x, conf = choose(logits, sampling, seed, pos + i), 1.0
-            elif coupled:
-                x, conf = decide(logits, sampling, seed, pos + i)
+            if coupled:
+                x, conf = chosen
             else:
                 p = to_probs(logits, sampling)
                 x, conf = sample(p, self.rng), float(p.max())
@@ -201,7 +200,10 @@ class DraftModel:
                 chain.append(conf)
                 if conf < self.p_min or (keep_going is not None and not keep_going(chain)):
                     break
-            logits = self._then(x)
+            if coupled:  # read x and choose the next token in one call
+                chosen = self._then_choose(x, sampling, seed, pos + i + 1, unsure)
+            else:
+                logits = self._then(x)
         self._end()
         seconds = time.perf_counter() - t0
         # a step normally feeds the draft 1-2 new tokens; a longer catch-up
@@ -224,6 +226,11 @@ class DraftModel:
 
     def _then(self, token: int) -> np.ndarray:
         return self.model.decode([token], logits_from=0, copy=False, candidates=True)[0]
+
+    def _then_choose(self, token: int, sampling: SamplingConfig, seed: int, pos: int,
+                     confidence: bool) -> tuple[int, float]:
+        """_then(token), then the choice at output position `pos` (sampling.choice)."""
+        return self.model.decode_choose(token, sampling, seed, pos, confidence)
 
     def _end(self) -> None:
         pass
@@ -306,6 +313,10 @@ class MTPDraft(DraftModel):
 
     def _then(self, token: int) -> np.ndarray:
         return self.head.read([token], self.head.out_hidden()[None, :], logits=True)
+
+    def _then_choose(self, token: int, sampling: SamplingConfig, seed: int, pos: int,
+                     confidence: bool) -> tuple[int, float]:
+        return choice(self._then(token), sampling, seed, pos, confidence)
 
     def _end(self) -> None:
         self.head.truncate(self._sure)  # the chain read the block's own states, not the target's
