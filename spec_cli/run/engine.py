@@ -142,8 +142,9 @@ class Round:
     draft_s: float
     verify_s: float
     # the target's k+1 rows (views of llama.cpp's buffers: read before the
-    # next decode), whole or as Candidates (sampling.py; see candidates_k)
-    logits: np.ndarray | list
+    # next decode), whole or as Candidates (sampling.py; see candidates_k);
+    # None where the rule chose from the row itself (pick.alone)
+    logits: np.ndarray | list | None
     host_s: float = 0.0
     host_draft_s: float = 0.0
 
@@ -159,8 +160,12 @@ def step(target: Model, proposer: Proposer, policy: Policy | None, context: list
     prop = proposer.draft(context, cand, min(k, cand.limit), keep_going) if cand and k > 0 else EMPTY
     draft = prop.tokens[:k]                                                     # and the proposer drafts
     t1, d1 = time.perf_counter(), decode_seconds()
-    logits = target.decode([context[-1], *draft], logits_from=0, copy=False, candidates=True)  # 2. one pass
-    n_acc, token = pick(logits, draft, prop)                                    # 3.-4. accept, correct
+    alone = getattr(pick, "alone", None)
+    if not draft and alone is not None:  # the target alone: its row read and its token chosen in one call
+        logits, n_acc, token = None, 0, alone(target, context[-1])
+    else:
+        logits = target.decode([context[-1], *draft], logits_from=0, copy=False, candidates=True)  # 2. one pass
+        n_acc, token = pick(logits, draft, prop)                                # 3.-4. accept, correct
     _rewind(target, len(context) + n_acc)                                       # 5. rewind
     t2, d2 = time.perf_counter(), decode_seconds()
     verify_s, draft_s = t2 - t1, t1 - t0
@@ -196,7 +201,7 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
         draft_max = min(draft_max, _verify_cap(target) - 1)
     policy = _policy(target, proposer, draft_max, cfg.clock) if cfg.adaptive and draft_max > 0 else None
     out = _Output(target, cfg)
-    pick = _rule(decoding, out)
+    pick = _rule(decoding, out, rows=cfg.margins)
     context = prompt
     while True:
         remaining = cfg.max_tokens - out.produced
@@ -236,14 +241,19 @@ def check_rule(rule: str) -> str:
     return rule
 
 
-def _rule(decoding: Decoding, out: "_Output"):
-    """The acceptance rule as pick(logits, draft, proposal) -> (accepted, token)."""
+def _rule(decoding: Decoding, out: "_Output", rows: bool = False):
+    """The acceptance rule as pick(logits, draft, proposal) -> (accepted,
+    token); for the coupled rule, unless the rows are wanted (bench's
+    margins), also pick.alone(target, last) -> token: a step without a
+    draft, the target's row read and chosen in one call (Model.decode_choose)."""
     sampling, seed, threads = decoding.sampling, decoding.seed, out.target.n_threads
     if sampling.greedy or decoding.rule == "gumbel":
         def pick(logits, draft, prop):
             walked = choose_rows(logits, draft, sampling, seed, out.produced, threads)  # the kernel's, in one call
             return verify_choices(draft, lambda i: walked[i] if i < len(walked)
                                   else choose(logits[i], sampling, seed, out.produced + i))
+        if not rows:
+            pick.alone = lambda target, last: target.decode_choose(last, sampling, seed, out.produced)[0]
     else:
         rng = np.random.default_rng(seed)
 
