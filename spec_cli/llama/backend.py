@@ -555,8 +555,14 @@ class Model:
             raise MemoryError("no memory for a token's candidates")
         if chosen >= 0:
             return chosen, conf if confidence else 1.0
-        row = self._logits(llama_cpp.llama_get_logits(self._ctx), 1)[0]  # numpy's to decide (a NaN, a wide q)
+        row = self.last_rows(1)[0]  # numpy's to decide (a NaN, a wide q)
         return sampling.choice(row, cfg, seed, pos, confidence)
+
+    def last_rows(self, n_rows: int) -> np.ndarray:
+        """The logits rows the last decode asked for, whole rows (not
+        candidates), as a view of llama.cpp's buffer: valid until the next
+        decode."""
+        return self._logits(llama_cpp.llama_get_logits(self._ctx), n_rows)
 
     def _logits(self, ptr, n_rows: int) -> np.ndarray:
         """llama.cpp's logits buffer as n_rows rows, a view made once per

@@ -100,6 +100,7 @@ class Step:
     host_draft_s: float = 0.0   # the part of host_s spent drafting
     stop_type: str | None = None
     pieces: tuple[str, ...] = ()
+    aside_s: float = 0.0   # spent on `margins` (bench's bookkeeping, not generation): no clock counts it
 
 
 class StopMatcher:
@@ -143,7 +144,7 @@ class Round:
     verify_s: float
     # the target's k+1 rows (views of llama.cpp's buffers: read before the
     # next decode), whole or as Candidates (sampling.py; see candidates_k);
-    # None where the rule chose from the row itself (pick.alone)
+    # None where the rule chose from the row itself (pick.alone: Model.last_rows has it)
     logits: np.ndarray | list | None
     host_s: float = 0.0
     host_draft_s: float = 0.0
@@ -201,7 +202,7 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
         draft_max = min(draft_max, _verify_cap(target) - 1)
     policy = _policy(target, proposer, draft_max, cfg.clock) if cfg.adaptive and draft_max > 0 else None
     out = _Output(target, cfg)
-    pick = _rule(decoding, out, rows=cfg.margins)
+    pick = _rule(decoding, out)
     context = prompt
     while True:
         remaining = cfg.max_tokens - out.produced
@@ -210,8 +211,11 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
         # the draft, the correction and what came before must fit the context
         r = step(target, proposer, policy, context, max(0, min(draft_max, remaining - 1,
                                                               target.n_ctx - len(context) - 1)), pick, cfg.clock)
-        margins = tuple(margin(r.logits[i], decoding.sampling, decoding.seed, out.produced + i)
+        t_aside = time.perf_counter()
+        rows = r.logits if r.logits is not None or not cfg.margins else target.last_rows(1)
+        margins = tuple(margin(rows[i], decoding.sampling, decoding.seed, out.produced + i)
                         for i in range(r.accepted + 1)) if cfg.margins else ()
+        aside_s = time.perf_counter() - t_aside if cfg.margins else 0.0
         new, origin, text, segments, finish, margins, pieces = out.add([*r.draft[:r.accepted], r.token],
                                                                       r.accepted, len(context), margins)
         context = context + new
@@ -219,7 +223,8 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
                    drafted=len(r.draft), accepted=r.accepted, draft_s=r.draft_s,
                    verify_s=r.verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
                    finish_reason=finish, margins=margins, source=r.source if r.draft else "none",
-                   host_s=r.host_s, host_draft_s=r.host_draft_s, stop_type=out.stop_type, pieces=pieces)
+                   host_s=r.host_s, host_draft_s=r.host_draft_s, stop_type=out.stop_type, pieces=pieces,
+                   aside_s=aside_s)
         prefill = (0, 0.0)
         if finish is not None:
             return
@@ -241,19 +246,18 @@ def check_rule(rule: str) -> str:
     return rule
 
 
-def _rule(decoding: Decoding, out: "_Output", rows: bool = False):
+def _rule(decoding: Decoding, out: "_Output"):
     """The acceptance rule as pick(logits, draft, proposal) -> (accepted,
-    token); for the coupled rule, unless the rows are wanted (bench's
-    margins), also pick.alone(target, last) -> token: a step without a
-    draft, the target's row read and chosen in one call (Model.decode_choose)."""
+    token); for the coupled rule also pick.alone(target, last) -> token: a
+    step without a draft, the target's row read and chosen in one call
+    (Model.decode_choose)."""
     sampling, seed, threads = decoding.sampling, decoding.seed, out.target.n_threads
     if sampling.greedy or decoding.rule == "gumbel":
         def pick(logits, draft, prop):
             walked = choose_rows(logits, draft, sampling, seed, out.produced, threads)  # the kernel's, in one call
             return verify_choices(draft, lambda i: walked[i] if i < len(walked)
                                   else choose(logits[i], sampling, seed, out.produced + i))
-        if not rows:
-            pick.alone = lambda target, last: target.decode_choose(last, sampling, seed, out.produced)[0]
+        pick.alone = lambda target, last: target.decode_choose(last, sampling, seed, out.produced)[0]
     else:
         rng = np.random.default_rng(seed)
 
