@@ -109,6 +109,7 @@ def test_bench_runs_and_reports(smollm_path, spec_env):
     [peer] = out["peer"]  # llama-cpp-python's own loop on the same prompts
     assert peer["prompts"] == 2 and peer["peer_tokens_per_s"] > 0 and peer["vs_peer_median"] > 0
     assert out["machine"]["cores"] >= 1 and out["draft"] == "smollm2-135m"
+    assert out["machine"]["sampling"].startswith("compiled")  # what makes the choices, in the header too
     assert out["mode"] == "deterministic" and out["rules"] == ["gumbel"] and out["simulated"] is False
     sets = {s["proposer"]: s for s in out["sets"]}
     assert all(s["agreement"] == 1.0 for s in sets.values())  # --deterministic: bit for bit

@@ -806,4 +806,13 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpick", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__fastpick(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__fastpick(void) {
+    PyObject *m = PyModule_Create(&module);
+#ifdef ROWS_IN_THREADS
+    const int threads = 1;
+#else
+    const int threads = 0;
+#endif
+    if (m && PyModule_AddIntConstant(m, "OPENMP", threads) < 0) Py_CLEAR(m);  /* choose_rows in threads? */
+    return m;
+}

@@ -443,6 +443,14 @@ def _best(ids: np.ndarray, s: np.ndarray) -> tuple[int, float]:
     return int(ids[i]), float(top2[1] - top2[0])
 
 
+def kernel_note() -> str:
+    """What makes the choices here, for bench's header: the compiled kernel
+    (with OpenMP: a verify batch's rows in threads), or numpy alone."""
+    if _fastpick is None:
+        return "numpy (no compiled kernel: more host time per token; reinstall with a C compiler)"
+    return "compiled" + (", rows in threads" if getattr(_fastpick, "OPENMP", 0) else "")
+
+
 def _kernel(logits, cfg: SamplingConfig, seed: int, pos: int, confidence: bool) -> tuple[int, float] | None:
     """`decide` by the compiled kernel (_fastpick.c: one pass over a float32
     row, a second where top-k is off, then only the tokens q can keep), or

@@ -321,8 +321,11 @@ def machine() -> dict:
                 break
     except OSError:
         pass
+    from ..core.sampling import kernel_note
+
     return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(),
-            "python": platform.python_version(), "llama_cpp_python": llama_cpp.__version__}
+            "python": platform.python_version(), "llama_cpp_python": llama_cpp.__version__,
+            "sampling": kernel_note()}
 
 
 def variants_from(proposers: Iterable[str], sweep: str | None, rules: Iterable[str] = ("gumbel",)) -> list[Variant]:

@@ -156,6 +156,7 @@ def bench_table(result: dict) -> Table:
     drafter = result["draft"] or ("its MTP layers" if result.get("mtp") else "-")
     table = Table(title=f"spec-cli bench: {result['target']} / draft {drafter} — "
                         f"{m['cpu']}, {m['cores']} cores, llama-cpp-python {m['llama_cpp_python']}, "
+                        f"sampling {m.get('sampling', '?')}, "
                         f"{result['max_tokens']} tokens, {samp}, {mode}, "
                         f"rule {' & '.join(result.get('rules', ['gumbel']))}, "
                         + (f"[bold]SIMULATED clock {result['clock']}[/] (device times are the profile's; "
