@@ -1,6 +1,6 @@
 /* The seeded choice from one float32 logits row, in one call: what
- * sampling.choose and sampling.decide do for a whole row, for the settings
- * people run (greedy; top-k and/or min-p), without a numpy call per step.
+ * sampling.choose and sampling.decide do for a whole row (or candidates),
+ * for every setting, without a numpy call per step.
  *
  * Why C: right after llama_decode the host's caches hold the model's
  * weights, and each numpy call then costs 5-20 us however small its
@@ -24,10 +24,14 @@
  * Python float.  The arithmetic after the cut is float64, as in numpy, but
  * sums run in another order: q may differ from sampling.dist's in the
  * last bits (the choice, only at a tie that close).  Where q keeps more
- * than `head_cap` tokens, or top-p must count the mass of the whole
- * vocabulary and then its window (top-p without top-k), it returns None
- * and the numpy path decides: whether it does depends on q's set alone,
- * so a row and its candidates (ids given) are decided alike, to the bit.
+ * than `head_cap` tokens after top-p or min-p it returns None and the
+ * numpy path decides: whether it does depends on q's set alone, so a row
+ * and its candidates (ids given) are decided alike, to the bit.
+ *
+ * Three entry points: choose (one row), choose_rows (the rule's walk over
+ * a verify batch, its rows in threads where built with OpenMP) and
+ * decode_choose (a drafted token: llama_decode, then the choice from its
+ * row, with no Python between them).
  *
  * No numpy headers: rows come through the buffer protocol. */
 

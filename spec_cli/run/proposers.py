@@ -176,16 +176,18 @@ class DraftModel:
               keep_going: KeepGoing | None = None) -> Proposal:
         t0 = time.perf_counter()
         behind = self._behind  # this step's, from candidates()
-        logits = self._start(context)
-        t_sync = time.perf_counter() - t0
         pos = len(context) - self._prompt_len  # output position of the first draft token
-        tokens: list[int] = []
-        rows: list[np.ndarray] = []
-        chain: list[float] = []
         sampling, seed = self.sampling, self.decoding.seed
         coupled = sampling.greedy or self.decoding.rule == "gumbel"
         unsure = self.p_min > 0.0 or keep_going is not None  # the draft's confidence is asked for
-        chosen = choice(logits, sampling, seed, pos, unsure) if coupled else None
+        if coupled:
+            chosen = self._start_choose(context, sampling, seed, pos, unsure)
+        else:
+            logits = self._start(context)
+        t_sync = time.perf_counter() - t0
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        chain: list[float] = []
         for i in range(k):
             if coupled:
                 x, conf = chosen
@@ -223,6 +225,17 @@ class DraftModel:
 
     def _start(self, context: Sequence[int]) -> np.ndarray:
         return self.model.catch_up(context, logits_last=True, copy=False, candidates=True)
+
+    def _start_choose(self, context: Sequence[int], sampling: SamplingConfig, seed: int, pos: int,
+                      confidence: bool) -> tuple[int, float]:
+        """_start(context), then the choice at output position `pos`
+        (sampling.choice); in one call where a single token is new (the
+        usual step: the target's correction)."""
+        m = self.model
+        if common_prefix(m.tokens, context) >= len(context) - 1:
+            m.truncate(len(context) - 1)
+            return m.decode_choose(context[-1], sampling, seed, pos, confidence)
+        return choice(self._start(context), sampling, seed, pos, confidence)
 
     def _then(self, token: int) -> np.ndarray:
         return self.model.decode([token], logits_from=0, copy=False, candidates=True)[0]
@@ -317,6 +330,10 @@ class MTPDraft(DraftModel):
     def _then_choose(self, token: int, sampling: SamplingConfig, seed: int, pos: int,
                      confidence: bool) -> tuple[int, float]:
         return choice(self._then(token), sampling, seed, pos, confidence)
+
+    def _start_choose(self, context: Sequence[int], sampling: SamplingConfig, seed: int, pos: int,
+                      confidence: bool) -> tuple[int, float]:
+        return choice(self._start(context), sampling, seed, pos, confidence)
 
     def _end(self) -> None:
         self.head.truncate(self._sure)  # the chain read the block's own states, not the target's
