@@ -82,6 +82,7 @@ class CostModel:
         self.prior = list(prior)            # c(n) at index n-1, from the probe
         self.pace = 1.0                     # the machine's pace against the prior, all sizes alike
         self._seen: dict[int, tuple[float, float]] = {}  # n -> (seconds, pace then)
+        self._memo: dict[int, float] = {}   # c(n) until the next observation (a step asks it ~50 times)
 
     @classmethod
     def from_timings(cls, timings: dict[int, float], n_max: int) -> "CostModel":
@@ -115,6 +116,12 @@ class CostModel:
 
     def c(self, n: int) -> float:
         n = max(1, n)
+        got = self._memo.get(n)
+        if got is None:
+            got = self._memo[n] = self._c(n)
+        return got
+
+    def _c(self, n: int) -> float:
         if n in self._seen:
             seconds, pace = self._seen[n]
             return seconds * self.pace / pace
@@ -138,15 +145,19 @@ class CostModel:
         toward what was measured (the curve's shape is learned too)."""
         if n < 1 or seconds <= 0:
             return
+        self._memo.clear()
         if n not in self._seen and seconds < self.c(n):
             # a size's first measurement, cheaper than the curve said: noise only
             # ever slows a batch, so the curve (a first load's one timing of it, or
             # a line between sizes) was wrong there, not the machine's pace
             self._seen[n] = (seconds, self.pace)
+            self._memo.clear()
             return
         self.pace *= (seconds / self.c(n)) ** PACE_EMA
+        self._memo.clear()
         now = self.c(n)
         self._seen[n] = (now + EMA * (seconds - now), self.pace)
+        self._memo.clear()
 
     def step_s(self, k: int, draft_cost: float) -> float:
         return self.c(k + 1) + k * draft_cost
@@ -290,8 +301,11 @@ class Policy:
 
     def _best(self, rates: list[float], d: float, limit: int) -> int:
         best_k, best = 0, 1.0 / self.cost.c(1)
-        for k in range(1, limit + 1):
-            r = self.cost.rate(rates[:k], d)
+        total, chain = 1.0, 1.0  # expected_tokens(rates[:k]), grown a position at a time
+        for k in range(1, min(limit, len(rates)) + 1):  # (past the rates a step only costs more)
+            chain *= rates[k - 1]
+            total += chain
+            r = total / self.cost.step_s(k, d)
             if r > best:
                 best_k, best = k, r
         return best_k
