@@ -329,14 +329,19 @@ def test_margin_sees_a_token_just_left_out_by_the_cut():
 
 def test_rowcost_times_both_paths_and_puts_the_kernel_back(smollm_fast):
     """`python -m spec_cli.run.rowcost` (the figures in README): every
-    setting timed with the kernel and without, after a real decode, and
-    the kernel in place again afterwards (nothing about speed is asserted)."""
+    setting timed with the kernel and without, after a real decode, in one
+    call with its decode, and over a verify batch in 1 and N threads; the
+    kernel in place again afterwards (nothing about speed is asserted)."""
     from spec_cli.run import rowcost
     kernel = fast._fastpick
     times, host = rowcost.measure(smollm_fast, 2)
     assert fast._fastpick is kernel
     assert set(times) == set(rowcost.SETTINGS) and len(host) == 2 * 2 * len(rowcost.SETTINGS)
-    assert all(len(t["kernel"]) == len(t["numpy"]) == 2 for t in times.values())
+    wide = f"rows, {smollm_fast.n_threads} threads"
+    for t in times.values():
+        assert set(t) == {"kernel", "numpy", "one call", "rows, 1 thread", wide}
+        assert all(len(t[side]) == 2 for side in ("kernel", "numpy", "one call"))
+        assert sum(len(ms) for side, ms in t.items() if side.startswith("rows")) == 4  # each run: both ways
     smollm_fast.reset()
 
 

@@ -252,7 +252,7 @@ class Model:
             self._attach(None)
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self._ctx)
-            self._ctx = None
+            self._ctx = self._entry = None
         if getattr(self, "_model", None):
             llama_cpp.llama_model_free(self._model)
             self._model = None

@@ -7,8 +7,12 @@ caches -- by sampling setting, the compiled kernel against the numpy path:
 Each run decodes one token (the same position again), then times
 `sampling.decide` on its row, once with the kernel and once without, in
 turn, and the host's share of the decode itself (its time outside
-llama_decode).  Prints medians and 10th percentiles in ms; nothing here is
-asserted (speed is measured, not tested).
+llama_decode); then the host's share of `Model.decode_choose`, a drafted
+token's decode and choice in one call ("one call": what a draft pays a
+token).  Then a verify batch of 17 rows that the rule reads to the end,
+walked by the kernel (`sampling.choose_rows`) in one thread and in the
+model's threads.  Prints medians and 10th percentiles in ms; nothing here
+is asserted (speed is measured, not tested).
 """
 
 from __future__ import annotations
@@ -32,14 +36,16 @@ PROMPT = 'def merge_sorted(a, b):\n    """Merge two sorted lists into one sorted
 
 
 def measure(model, runs: int) -> tuple[dict[str, dict[str, list[float]]], list[float]]:
-    """{setting: {"kernel" | "numpy": [ms]}}, and the decode's host ms."""
+    """{setting: {"kernel" | "numpy" | "one call" | "rows, 1 thread" |
+    "rows, N threads": [ms]}}, and the decode's host ms."""
     from ..llama.backend import decode_seconds
 
     kernel = sampling._fastpick
     prompt = model.tokenize(PROMPT)
     model.reset()
     model.decode(prompt[:-1])
-    times = {name: {"kernel": [], "numpy": []} for name in SETTINGS}
+    wide = f"rows, {model.n_threads} threads"
+    times = {name: {"kernel": [], "numpy": [], "one call": [], "rows, 1 thread": [], wide: []} for name in SETTINGS}
     host = []
     for i in range(runs):
         for name, cfg in SETTINGS.items():
@@ -57,7 +63,30 @@ def measure(model, runs: int) -> tuple[dict[str, dict[str, list[float]]], list[f
                     sampling._fastpick = kernel
                 times[name][side].append((time.perf_counter() - t1) * 1e3)
                 host.append((t1 - t0 - (d1 - d0)) * 1e3)
+            if kernel is None:
+                continue
+            model.truncate(len(prompt) - 1)
+            t0, d0 = time.perf_counter(), decode_seconds()
+            model.decode_choose(prompt[-1], cfg, 1, i, confidence=True)
+            times[name]["one call"].append((time.perf_counter() - t0 - (decode_seconds() - d0)) * 1e3)
+            _rows(model, prompt, cfg, i, times[name])
     return times, host
+
+
+def _rows(model, prompt: list[int], cfg: SamplingConfig, i: int, into: dict[str, list[float]]) -> None:
+    """A 17-row verify batch read to the end (its draft is each row's own
+    choice), walked in 1 thread and in the model's threads, in turn."""
+    start = max(len(prompt) - 17, 1)
+    feed = prompt[start - 1:start + 16]
+    model.truncate(start - 1)
+    rows = model.decode(feed, logits_from=0)  # a copy: each row's choice, the draft that agrees throughout
+    draft = [sampling.choose(rows[j], cfg, 1, i + j) for j in range(len(feed) - 1)]
+    for threads in (1, model.n_threads) if i % 2 == 0 else (model.n_threads, 1):
+        model.truncate(start - 1)
+        rows = model.decode(feed, logits_from=0, copy=False)
+        t0 = time.perf_counter()
+        sampling.choose_rows(rows, draft, cfg, 1, i, threads)
+        into["rows, 1 thread" if threads == 1 else f"rows, {threads} threads"].append((time.perf_counter() - t0) * 1e3)
 
 
 def _fmt(ms: list[float]) -> str:
@@ -81,8 +110,12 @@ def main(argv: list[str] | None = None) -> None:
     except SpecError as e:
         sys.exit(f"error: {e}")
     for name, t in times.items():
-        print(f"  {name:30s} kernel {_fmt(t['kernel']):22s} numpy {_fmt(t['numpy'])}")
+        print(f"  {name:30s} kernel {_fmt(t['kernel']):22s} numpy {_fmt(t['numpy']):22s} "
+              f"one call {_fmt(t['one call'])}")
     print(f"  {'the decode, host share':30s} {_fmt(host)}")
+    print("  a 17-row verify batch read to the end, the kernel's walk:")
+    for name, t in times.items():
+        print(f"  {name:30s} " + "  ".join(f"{side} {_fmt(ms)}" for side, ms in t.items() if side.startswith("rows")))
 
 
 if __name__ == "__main__":
