@@ -482,11 +482,7 @@ class Model:
                  else None)
             if k != self._sampler_k:
                 self._attach(k)
-        pos0 = len(self.tokens)
-        # the cache holds exactly self.tokens: drop anything a decode cut
-        # short by Ctrl-C may have left behind
-        if self.seq in self._unsure:
-            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, pos0, -1)
+        pos0 = self._settled()
         m = len(chunk)
         if self.recurrent and m - 1 > self.n_rs:  # llama.cpp's own snapshots cannot undo this batch
             self._checkpoint(pos0)
@@ -499,8 +495,7 @@ class Model:
             ptr = llama_cpp.llama_get_logits(self._ctx)  # waits for the device's work to end
         _decode_s += time.perf_counter() - t0
         if rc != 0:
-            raise SpecError(f"llama_decode failed with code {rc} for {self.path.name}",
-                            hint="The context may be full; try a larger --ctx.")
+            raise self._failed(rc)
         self.tokens.extend(chunk)
         self._unsure.discard(self.seq)
         if self._hidden is not None:
@@ -530,9 +525,7 @@ class Model:
             raise ContextFull(len(self.tokens) + 1, self.n_ctx)
         if self._sampler_k is not None:
             self._attach(None)
-        pos0 = len(self.tokens)
-        if self.seq in self._unsure:  # as _decode_chunk: what an interrupted decode left
-            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, pos0, -1)
+        pos0 = self._settled()
         if self._fill.seq != self.seq:
             self._fill.set([token], pos0, self.seq, 0)  # the batch's slots name this sequence
         if self._entry is None:
@@ -547,8 +540,7 @@ class Model:
             pos, sampling.HEAD_CAP, confidence)
         _decode_s += spent
         if rc != 0:
-            raise SpecError(f"llama_decode failed with code {rc} for {self.path.name}",
-                            hint="The context may be full; try a larger --ctx.")
+            raise self._failed(rc)
         self.tokens.append(token)
         self._unsure.discard(self.seq)
         if chosen == -2:
@@ -557,6 +549,18 @@ class Model:
             return chosen, conf if confidence else 1.0
         row = self.last_rows(1)[0]  # numpy's to decide (a NaN, a wide q)
         return sampling.choice(row, cfg, seed, pos, confidence)
+
+    def _settled(self) -> int:
+        """The next position, the cache made to hold exactly `tokens` first:
+        anything a decode cut short by Ctrl-C may have left behind goes."""
+        pos0 = len(self.tokens)
+        if self.seq in self._unsure:
+            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, pos0, -1)
+        return pos0
+
+    def _failed(self, rc: int) -> SpecError:
+        return SpecError(f"llama_decode failed with code {rc} for {self.path.name}",
+                         hint="The context may be full; try a larger --ctx.")
 
     def last_rows(self, n_rows: int) -> np.ndarray:
         """The logits rows the last decode asked for, whole rows (not
