@@ -211,11 +211,13 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
         # the draft, the correction and what came before must fit the context
         r = step(target, proposer, policy, context, max(0, min(draft_max, remaining - 1,
                                                               target.n_ctx - len(context) - 1)), pick, cfg.clock)
-        t_aside = time.perf_counter()
-        rows = r.logits if r.logits is not None or not cfg.margins else target.last_rows(1)
-        margins = tuple(margin(rows[i], decoding.sampling, decoding.seed, out.produced + i)
-                        for i in range(r.accepted + 1)) if cfg.margins else ()
-        aside_s = time.perf_counter() - t_aside if cfg.margins else 0.0
+        margins, aside_s = (), 0.0
+        if cfg.margins:
+            t_aside = time.perf_counter()
+            rows = r.logits if r.logits is not None else target.last_rows(1)
+            margins = tuple(margin(rows[i], decoding.sampling, decoding.seed, out.produced + i)
+                            for i in range(r.accepted + 1))
+            aside_s = time.perf_counter() - t_aside
         new, origin, text, segments, finish, margins, pieces = out.add([*r.draft[:r.accepted], r.token],
                                                                       r.accepted, len(context), margins)
         context = context + new
