@@ -1,10 +1,12 @@
-"""The one compiled piece: sampling's per-row kernel (spec_cli/core/_fastpick.c).
+"""The compiled pieces: sampling's per-row kernel (spec_cli/core/_fastpick.c)
+and the drafted token's decode-and-choose call that uses its core
+(spec_cli/llama/_decodepick.c, through the capsule of core/_pick.h).
 
-Everything else is in pyproject.toml.  The kernel is optional: where it
-does not build (no C compiler), spec-cli makes the same choices in numpy,
-with more host time per token.  It is built with OpenMP where the compiler
-takes -fopenmp (a verify batch's rows are then read in the threads
-llama.cpp's CPU backend uses), else without.
+Everything else is in pyproject.toml.  Both are optional: where they do
+not build (no C compiler), spec-cli makes the same choices in numpy, with
+more host time per token.  The kernel is built with OpenMP where the
+compiler takes -fopenmp (a verify batch's rows are then read in the
+threads llama.cpp's CPU backend uses), else without.
 """
 
 import sys
@@ -15,7 +17,7 @@ from setuptools.command.build_ext import build_ext
 
 class BuildExt(build_ext):
     def build_extension(self, ext):
-        if self.compiler.compiler_type == "unix":
+        if self.compiler.compiler_type == "unix" and ext.name.endswith("_fastpick"):
             compile_args, link_args = list(ext.extra_compile_args), list(ext.extra_link_args)
             ext.extra_compile_args, ext.extra_link_args = compile_args + ["-fopenmp"], link_args + ["-fopenmp"]
             try:
@@ -26,9 +28,10 @@ class BuildExt(build_ext):
         return super().build_extension(ext)
 
 
-setup(cmdclass={"build_ext": BuildExt}, ext_modules=[Extension(
-    "spec_cli.core._fastpick",
-    ["spec_cli/core/_fastpick.c"],
-    libraries=[] if sys.platform == "win32" else ["m"],
-    optional=True,
-)])
+LIBM = [] if sys.platform == "win32" else ["m"]
+setup(cmdclass={"build_ext": BuildExt}, ext_modules=[
+    Extension("spec_cli.core._fastpick", ["spec_cli/core/_fastpick.c"], depends=["spec_cli/core/_pick.h"],
+              libraries=LIBM, optional=True),
+    Extension("spec_cli.llama._decodepick", ["spec_cli/llama/_decodepick.c"], include_dirs=["spec_cli/core"],
+              depends=["spec_cli/core/_pick.h"], libraries=LIBM, optional=True),
+])

@@ -16,6 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SHARED_BENCH = REPO.parent / "shared" / "bench"
 PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
+FAULT_DIR = Path(__file__).resolve().parent / "fault"  # the stand-in for a faulting build (fault/sitecustomize.py)
 
 
 def pytest_configure(config):
@@ -23,6 +24,7 @@ def pytest_configure(config):
     user's (the model files stay in the shared download cache)."""
     import tempfile
     os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="spec-cli-test-state-")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(FAULT_DIR), os.environ.get("PYTHONPATH")) if p)
 
 
 def load_jsonl(path: Path) -> list[dict]:
@@ -65,7 +67,7 @@ def draft_path() -> Path:
 @pytest.fixture(scope="session")
 def smollm(smollm_path):
     """SmolLM2 with --deterministic numerics: the identity tests' target."""
-    from spec_cli.llama.backend import LoadConfig, Model
+    from spec_cli.llama.model import LoadConfig, Model
     with Model(smollm_path, LoadConfig(n_ctx=2048, deterministic=True)) as m:
         yield m
 
@@ -73,7 +75,7 @@ def smollm(smollm_path):
 @pytest.fixture(scope="session")
 def smollm_draft(smollm_path):
     """A second instance of SmolLM2, to draft for `smollm`."""
-    from spec_cli.llama.backend import LoadConfig, Model
+    from spec_cli.llama.model import LoadConfig, Model
     with Model(smollm_path, LoadConfig(n_ctx=2048, deterministic=True)) as m:
         yield m
 
@@ -81,7 +83,7 @@ def smollm_draft(smollm_path):
 @pytest.fixture(scope="session")
 def smollm_fast(smollm_path):
     """SmolLM2 with the default (fast) numerics."""
-    from spec_cli.llama.backend import LoadConfig, Model
+    from spec_cli.llama.model import LoadConfig, Model
     with Model(smollm_path, LoadConfig(n_ctx=2048)) as m:
         yield m
 
@@ -89,7 +91,7 @@ def smollm_fast(smollm_path):
 @pytest.fixture(scope="session")
 def target(target_path):
     """The Qwen target, --deterministic: the identity tests' target."""
-    from spec_cli.llama.backend import LoadConfig, Model
+    from spec_cli.llama.model import LoadConfig, Model
     with Model(target_path, LoadConfig(n_ctx=4096, deterministic=True)) as m:
         yield m
 
@@ -97,14 +99,14 @@ def target(target_path):
 @pytest.fixture(scope="session")
 def target_fast(target_path):
     """The Qwen target with the default (fast) numerics."""
-    from spec_cli.llama.backend import LoadConfig, Model
+    from spec_cli.llama.model import LoadConfig, Model
     with Model(target_path, LoadConfig(n_ctx=4096)) as m:
         yield m
 
 
 @pytest.fixture(scope="session")
 def draft(draft_path):
-    from spec_cli.llama.backend import LoadConfig, Model
+    from spec_cli.llama.model import LoadConfig, Model
     with Model(draft_path, LoadConfig(n_ctx=4096)) as m:
         yield m
 

@@ -3,7 +3,8 @@ on a GPU's clock, and a real generation charged by it."""
 
 import pytest
 
-from spec_cli.core.policy import CostModel, Policy
+from spec_cli.core.policy import CostModel
+from helpers import Policy, plan
 from spec_cli.errors import SpecError
 from spec_cli.run.clock import Clock, load_clock, shipped
 
@@ -61,16 +62,16 @@ def test_on_the_gpu_clock_the_policy_drafts_long_when_acceptance_is_high():
     for p, c17 in ((on_gpu, gpu.verify_s(17)), (on_cpu, CPU[17])):
         for i in range(30):  # 90 % of the tokens accepted
             p.observe("prompt8", drafted=16, accepted=16 if i % 2 else 13, draft_s=0.0, verify_s=c17)
-    assert on_gpu.plan("prompt8", 16) >= 12
+    assert plan(on_gpu, "prompt8", 16) >= 12
     # at 50 % a GPU still drafts, where this CPU's dear batches do not pay
     half_gpu, half_cpu = _policy(gpu.timings(), {}), _policy(CPU, {})
     for p, c in ((half_gpu, gpu.verify_s(5)), (half_cpu, 0.080)):
         for i in range(40):
             p.observe("prompt2", drafted=4, accepted=(0, 1, 2, 4)[i % 4], draft_s=0.0, verify_s=c)
-    assert half_gpu.plan("prompt2", 16) >= 2 and half_cpu.plan("prompt2", 16) < half_gpu.plan("prompt2", 16)
+    assert plan(half_gpu, "prompt2", 16) >= 2 and plan(half_cpu, "prompt2", 16) < plan(half_gpu, "prompt2", 16)
     # a 1B draft at 3 % of the target drafts there; the 0.5B at 60 % never pays on this CPU
-    assert _policy(gpu.timings(), {"draft": gpu.draft_per_token_s}).plan("draft", 16) >= 4
-    assert _policy(CPU, {"draft": 0.6 * CPU[1]}).plan("draft", 16) == 0
+    assert plan(_policy(gpu.timings(), {"draft": gpu.draft_per_token_s}), "draft", 16) >= 4
+    assert plan(_policy(CPU, {"draft": 0.6 * CPU[1]}), "draft", 16) == 0
 
 
 def test_a_generation_on_the_simulated_clock_is_charged_by_it(smollm_fast):
@@ -82,7 +83,7 @@ def test_a_generation_on_the_simulated_clock_is_charged_by_it(smollm_fast):
 
     gpu = load_clock("gpu-70b")
     smollm_fast.reset()
-    prompt = smollm_fast.tokenize("one two three four five one two three four five one two three")
+    prompt = smollm_fast.vocab.tokenize("one two three four five one two three four five one two three")
     steps = []
     out = Session(Pair(smollm_fast, None, None), prompt, GenConfig(SamplingConfig(), max_tokens=40, clock=gpu),
                   Lookup()).run(lambda step, stats: steps.append(step))

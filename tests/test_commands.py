@@ -59,7 +59,7 @@ def test_chat_two_turns_reuse_the_cache(smollm, spec_env):
     assert child.exitstatus == 0 and "Traceback" not in child.before
 
     # only the new turn is evaluated, not the conversation again
-    new_turn = len(smollm.tokenize("And of Italy?", add_special=False))
+    new_turn = len(smollm.vocab.tokenize("And of Italy?", add_special=False))
     assert new_turn <= second <= new_turn + 12, (first, second)
     assert second < first
 

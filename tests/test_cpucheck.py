@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from conftest import FAULT_DIR
 from spec_cli.llama import bufts, cpucheck
 
 
@@ -98,9 +99,9 @@ def test_repacking_without_amx_takes_the_q4_k_weights_and_gives_the_same_text(ta
     """The override path for real: the 1.5B's Q4_K weights land in
     llama.cpp's CPU_REPACK buffer (its own log says how much), it decodes,
     and greedy text matches the plain load's (repacking only rounds)."""
-    code = ("import sys; from spec_cli.llama.backend import Model, LoadConfig\n"
+    code = ("import sys; from spec_cli.llama.model import Model, LoadConfig\n"
             "with Model(sys.argv[1], LoadConfig(n_ctx=256, extra_bufts=sys.argv[2])) as m:\n"
-            "    t = m.tokenize('def fibonacci(n):', add_special=False)\n"
+            "    t = m.vocab.tokenize('def fibonacci(n):', add_special=False)\n"
             "    out = []\n"
             "    for _ in range(8):\n"
             "        t = [int(m.decode(t, logits_from=len(t) - 1)[0].argmax())]; out.append(t[0])\n"
@@ -120,7 +121,7 @@ def test_repacking_without_amx_takes_the_q4_k_weights_and_gives_the_same_text(ta
 
 def test_a_native_crash_leaves_one_line_and_the_usual_status():
     code = ("import sys; sys.argv = ['spec-cli', '--version']; from spec_cli.crash import install; install(); "
-            "from spec_cli.llama.cpucheck import illegal_instruction; illegal_instruction()")
+            f"sys.path.insert(0, {str(FAULT_DIR)!r}); from faults import illegal_instruction; illegal_instruction()")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 132, out
     lines = out.stderr.strip().splitlines()

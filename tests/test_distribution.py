@@ -51,7 +51,7 @@ def first_two(model, draft_model, prompt, n, seed0, rule="residual"):
 
 @pytest.fixture(scope="module")
 def setup(smollm, smollm_draft):
-    prompt = smollm.tokenize(PROMPT)
+    prompt = smollm.vocab.tokenize(PROMPT)
     expected = exact_two_token_distribution(smollm, prompt)
     # the draft really differs from the target at the first position
     smollm.reset()
@@ -91,11 +91,11 @@ def test_real_logits_check_catches_accept_everything(smollm, smollm_draft, setup
 
 
 if __name__ == "__main__":  # print the numbers behind the tests
-    from spec_cli.llama.backend import LoadConfig, Model
+    from spec_cli.llama.model import LoadConfig, Model
     from spec_cli.models.download import resolve
     path = resolve("smollm2-135m")
     m, d = Model(path, LoadConfig(n_ctx=2048)), Model(path, LoadConfig(n_ctx=2048))
-    prompt = m.tokenize(PROMPT)
+    prompt = m.vocab.tokenize(PROMPT)
     expected = exact_two_token_distribution(m, prompt)
     for rule in ("gumbel", "residual"):
         print(rule, "right rule", chi2_fits(first_two(m, d, prompt, 1000, 1000, rule), expected, 1000))

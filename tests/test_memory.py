@@ -23,9 +23,9 @@ def mapped_rss_kib(path: Path) -> int:
 
 
 def test_a_loaded_model_holds_none_of_its_file_twice(smollm_path):
-    from spec_cli.llama.backend import LoadConfig, Model
+    from spec_cli.llama.model import LoadConfig, Model
 
     with Model(smollm_path, LoadConfig(n_ctx=256)) as m:
         assert mapped_rss_kib(smollm_path) < smollm_path.stat().st_size / 1024 / 10
-        tokens = m.tokenize("The capital of France is", add_special=True)
+        tokens = m.vocab.tokenize("The capital of France is", add_special=True)
         assert m.decode(tokens, logits_from=len(tokens) - 1).shape == (1, m.n_vocab)  # still decodes

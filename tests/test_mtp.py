@@ -11,7 +11,7 @@ import json
 import pytest
 
 from spec_cli.core.sampling import SamplingConfig
-from spec_cli.run.proposers import Hybrid, MTPDraft, NoDraft
+from spec_cli.run.proposers import Hybrid, NoDraft, mtp_drafter
 from spec_cli.run.suffix import Lookup
 from test_cli import assert_clean_error, spec
 from test_engine import run
@@ -29,7 +29,7 @@ def mtp_path(smollm_path):
 
 @pytest.fixture(scope="module", params=[False, True], ids=["default", "deterministic"])
 def mtp_model(request, mtp_path):
-    from spec_cli.llama.backend import LoadConfig, Model
+    from spec_cli.llama.model import LoadConfig, Model
     with Model(mtp_path, LoadConfig(n_ctx=512, mtp=True, deterministic=request.param)) as m:
         yield m
 
@@ -41,14 +41,14 @@ def test_mtp_drafts_keep_the_target_alones_text(mtp_model, sampling, seed):
     assert target.recurrent and target.mtp_layers == 1
     rollbacks, drafted, accepted = target.rollbacks + target.replays, 0, 0
     for text in PROMPTS:
-        prompt = target.tokenize(text)
+        prompt = target.vocab.tokenize(text)
         alone, _, _ = run(target, NoDraft(), prompt, max_tokens=40, sampling=sampling, seed=seed)
-        for proposer in (MTPDraft(target), Hybrid(Lookup(), MTPDraft(target))):
+        for proposer in (mtp_drafter(target), Hybrid(Lookup(), mtp_drafter(target))):
             target.reset()
             got, _, steps = run(target, proposer, prompt, max_tokens=40, draft_max=4, sampling=sampling,
                                 seed=seed)
             assert got == alone, (text, type(proposer).__name__)
-            if isinstance(proposer, MTPDraft):
+            if proposer.name == "mtp":
                 drafted += sum(s.drafted for s in steps)
                 accepted += sum(s.accepted for s in steps)
     if target.deterministic and target.verify_cap == 1:
@@ -67,9 +67,9 @@ def test_mtp_head_follows_the_context_by_prefix(mtp_model):
     """After a draft the block's cache holds only what read the target's
     states, and a context that parts from it is read again from there."""
     target = mtp_model
-    prompt = target.tokenize(PROMPTS[0])
+    prompt = target.vocab.tokenize(PROMPTS[0])
     target.reset()
-    proposer = MTPDraft(target)
+    proposer = mtp_drafter(target)
     got, _, _ = run(target, proposer, prompt, max_tokens=12, draft_max=3)
     context = prompt + got
     head = target.mtp_head()

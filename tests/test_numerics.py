@@ -28,7 +28,7 @@ def batch_vs_single(model, text: str, sizes=(2, 4, 8, 17), prefixes=(2, 300)) ->
     """(the largest |logit in a batch row - the same token decoded alone|,
     the largest change of the gap between the top token and any token within
     2 * DELTA_MAX of it)."""
-    stream = model.tokenize(text, add_special=False)
+    stream = model.vocab.tokenize(text, add_special=False)
     worst = gap = 0.0
     for prefix in prefixes:
         model.reset()
@@ -86,7 +86,7 @@ def check_divergences_are_near_ties(target, draft_model, items, sampling=Samplin
 
 
 def test_default_mode_divergences_are_near_ties(smollm_fast, smollm_draft, own_prompts):
-    prompts = [smollm_fast.tokenize(item["prompt"]) for item in own_prompts]
+    prompts = [smollm_fast.vocab.tokenize(item["prompt"]) for item in own_prompts]
     check_divergences_are_near_ties(smollm_fast, smollm_draft, prompts)
     check_divergences_are_near_ties(smollm_fast, smollm_draft, prompts[:3], sampling=HOT)
 
@@ -94,7 +94,7 @@ def test_default_mode_divergences_are_near_ties(smollm_fast, smollm_draft, own_p
 @pytest.mark.parametrize("sampling", [SamplingConfig(), HOT], ids=["greedy", "temp0.8"])
 def test_deterministic_identity_for_every_proposer(smollm, smollm_draft, own_prompts, sampling):
     for item in own_prompts[:4]:
-        prompt = smollm.tokenize(item["prompt"])
+        prompt = smollm.vocab.tokenize(item["prompt"])
         base = run(smollm, NoDraft(), prompt, max_tokens=40, sampling=sampling, seed=11)
 
         def draft():
@@ -108,7 +108,7 @@ def test_deterministic_identity_for_every_proposer(smollm, smollm_draft, own_pro
 
 def test_same_seed_same_text_however_the_cost_model_decides(smollm, smollm_draft):
     """Drafting every step, never, or as the cost model likes: one seed, one text."""
-    prompt = smollm.tokenize("Name three uses of a hash map.")
+    prompt = smollm.vocab.tokenize("Name three uses of a hash map.")
     texts = []
     for prop, kw in ((NoDraft(), {}),
                      (DraftModel(smollm_draft), {"adaptive": False}),

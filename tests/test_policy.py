@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from spec_cli.core.policy import SHAPE_K, CostModel, Policy, expected_tokens
-from spec_cli.core.verify import verify, verify_greedy
+from spec_cli.core.policy import SHAPE_K, CostModel, expected_tokens
+from helpers import Policy, plan, verify_greedy
+from spec_cli.core.verify import verify
 
 CPU = {1: 0.039, 2: 0.086, 3: 0.109, 4: 0.135, 5: 0.161, 6: 0.181, 7: 0.203}   # measured here
 GPU = {1: 0.020, 2: 0.021, 4: 0.022, 8: 0.024, 16: 0.030}                    # batches nearly free
@@ -25,30 +26,30 @@ def test_cost_model_interpolates_and_extrapolates():
 def test_a_slow_draft_model_is_never_used_nor_probed():
     policy = Policy(CostModel.from_timings(CPU, 7), k_max=6)
     policy.draft_s["draft"] = 0.020  # half the target's cost per token
-    assert all(policy.plan("draft", 6) == 0 for _ in range(500))
+    assert all(plan(policy, "draft", 6) == 0 for _ in range(500))
 
 
 def test_a_free_draft_with_high_acceptance_drafts_long():
     policy = Policy(CostModel.from_timings(CPU, 7), k_max=6)
     for _ in range(30):
         policy.observe("ngram4", drafted=6, accepted=6, draft_s=0.0, verify_s=0.203)
-    assert policy.plan("ngram4", 6) == 6
+    assert plan(policy, "ngram4", 6) == 6
     # one token does not pay on this CPU (a batch of 2 costs 2.2 single tokens), three do
-    assert policy.plan("ngram4", 1) == 0
-    assert policy.plan("ngram4", 3) == 3
+    assert plan(policy, "ngram4", 1) == 0
+    assert plan(policy, "ngram4", 3) == 3
 
 
 def test_rejections_turn_drafting_off_and_probes_turn_it_back_on():
     policy = Policy(CostModel.from_timings(GPU, 17), k_max=8)
     policy.draft_s["draft"] = 0.002
-    assert policy.plan("draft", 8) > 0
+    assert plan(policy, "draft", 8) > 0
     for _ in range(40):
         policy.observe("draft", drafted=4, accepted=0, draft_s=0.008, verify_s=0.022)
-    plans = [policy.plan("draft", 8) for _ in range(2 * policy.probe_every)]
+    plans = [plan(policy, "draft", 8) for _ in range(2 * policy.probe_every)]
     assert plans[0] == 0 and any(plans)  # off, with a probe after a while
     for _ in range(40):
         policy.observe("draft", drafted=8, accepted=8, draft_s=0.016, verify_s=0.024)
-    assert policy.plan("draft", 8) == 8
+    assert plan(policy, "draft", 8) == 8
 
 
 def test_probes_back_off_while_they_change_nothing():
@@ -56,7 +57,7 @@ def test_probes_back_off_while_they_change_nothing():
     policy.draft_s["draft"] = 0.002
     for _ in range(40):
         policy.observe("draft", drafted=4, accepted=0, draft_s=0.008, verify_s=0.022)
-    probes = [i for i in range(200) if policy.plan("draft", 8)]
+    probes = [i for i in range(200) if plan(policy, "draft", 8)]
     gaps = np.diff(probes)
     assert len(probes) >= 3 and all(b >= a for a, b in zip(gaps, gaps[1:])) and gaps[-1] > gaps[0]
 
@@ -79,23 +80,23 @@ def test_a_curve_that_says_no_lookup_can_pay_is_put_to_the_test():
     noisy = {1: 0.055, 2: 0.162, 4: 0.379, 8: 0.814, 17: 1.79}
     policy = Policy(CostModel.from_timings(noisy, 17), k_max=16, probe_every=8)
     policy.observe("none", drafted=0, accepted=0, draft_s=0.0, verify_s=0.055)
-    plans = [policy.plan("ngram4", 8)]
+    plans = [plan(policy, "ngram4", 8)]
     while plans[-1] == 0 and len(plans) < 12:
-        plans.append(policy.plan("ngram4", 8))
+        plans.append(plan(policy, "ngram4", 8))
     assert plans[0] == 0 and plans[-1] == SHAPE_K
     assert policy.keep_going("ngram4", [1.0]) and not policy.keep_going("ngram4", [1.0] * SHAPE_K)  # not cut short
     policy.observe("ngram4", drafted=SHAPE_K, accepted=SHAPE_K, draft_s=0.0, verify_s=0.10)  # memory-bound
-    assert policy.plan("ngram4", SHAPE_K) == SHAPE_K
+    assert plan(policy, "ngram4", SHAPE_K) == SHAPE_K
     # where the batch measured is as dear as the curve said, the look is not taken again
     policy = Policy(CostModel.from_timings(noisy, 17), k_max=16, probe_every=8)
     policy.observe("none", drafted=0, accepted=0, draft_s=0.0, verify_s=0.055)
-    assert SHAPE_K in [policy.plan("ngram4", 8) for _ in range(12)]
+    assert SHAPE_K in [plan(policy, "ngram4", 8) for _ in range(12)]
     policy.observe("ngram4", drafted=SHAPE_K, accepted=SHAPE_K, draft_s=0.0, verify_s=0.49)  # compute-bound
-    assert not any(policy.plan("ngram4", 8) for _ in range(500))
+    assert not any(plan(policy, "ngram4", 8) for _ in range(500))
     # a draft model is not made to look (its catch-up and tokens cost): the curve decides
     policy = Policy(CostModel.from_timings(noisy, 17), k_max=16, probe_every=8)
     policy.draft_s["draft"] = 0.02
-    assert not any(policy.plan("draft", 8) for _ in range(200))
+    assert not any(plan(policy, "draft", 8) for _ in range(200))
 
 
 def test_a_lookup_that_pays_at_k_tries_wider_where_the_curve_is_unmeasured():
@@ -105,18 +106,18 @@ def test_a_lookup_that_pays_at_k_tries_wider_where_the_curve_is_unmeasured():
     policy = Policy(CostModel.from_timings(noisy, 17), k_max=16)
     for _ in range(30):
         policy.observe("ngram4", drafted=1, accepted=1, draft_s=0.0, verify_s=0.075)
-    plans = [policy.plan("ngram4", 8) for _ in range(3 * policy.plain_every)]
+    plans = [plan(policy, "ngram4", 8) for _ in range(3 * policy.plain_every)]
     assert plans[0] == 1 and 3 in plans and set(plans) <= {0, 1, 3}
     wide = next(i for i, k in enumerate(plans) if k == 3)
     policy = Policy(CostModel.from_timings(noisy, 17), k_max=16)  # the draft is not cut short by keep_going
     for _ in range(30):
         policy.observe("ngram4", drafted=1, accepted=1, draft_s=0.0, verify_s=0.075)
     for _ in range(wide):
-        policy.plan("ngram4", 8)
-    assert policy.plan("ngram4", 8) == 3 and all(policy.keep_going("ngram4", [1.0] * i) for i in (1, 2))
+        plan(policy, "ngram4", 8)
+    assert plan(policy, "ngram4", 8) == 3 and all(policy.keep_going("ngram4", [1.0] * i) for i in (1, 2))
     assert not policy.keep_going("ngram4", [1.0] * 3)
     policy.observe("ngram4", drafted=3, accepted=3, draft_s=0.0, verify_s=0.11)  # memory-bound after all
-    assert policy.plan("ngram4", 3) == 3
+    assert plan(policy, "ngram4", 3) == 3
 
 
 def test_keep_going_stops_on_low_confidence():
@@ -147,7 +148,7 @@ def simulate(policy, curve, *, steps, accept=0.5, draft_cost=0.0, source="draft"
     rng = np.random.default_rng(seed)
     ks = []
     for i in range(steps):
-        k = policy.plan(source, k_max)
+        k = plan(policy, source, k_max)
         acc = 0
         while acc < k and rng.random() < accept:
             acc += 1
@@ -166,7 +167,7 @@ def test_a_poisoned_probe_is_unlearned_within_a_few_dozen_steps():
     poisoned = {1: 0.290, 2: 0.397, 3: 0.50, 4: 0.60, 8: 1.0, 17: 1.9}
     policy = Policy(CostModel.from_timings(poisoned, 9), k_max=8)
     policy.draft_s["draft"] = 0.026  # the 0.5B draft: half the target per token
-    assert policy.plan("draft", 8) > 0  # the poisoned curve makes drafting look good
+    assert plan(policy, "draft", 8) > 0  # the poisoned curve makes drafting look good
     ks = simulate(policy, quiet, steps=300, accept=0.5, draft_cost=0.026)
     assert sum(ks[48:]) <= 8, f"still drafting: {ks}"  # off within a few dozen steps, only rare probes after
 
@@ -204,9 +205,9 @@ def test_catch_up_is_charged_against_what_drafting_would_save():
     policy = Policy(CostModel.from_timings(GPU, 17), k_max=8)
     policy.draft_s["draft"] = 0.001
     policy.horizon = 200
-    assert policy.plan("draft", 8, setup_s=0.1) > 0     # saves far more than 0.1 s over 200 tokens
+    assert plan(policy, "draft", 8, setup_s=0.1) > 0     # saves far more than 0.1 s over 200 tokens
     policy.horizon = 3
-    assert policy.plan("draft", 8, setup_s=0.1) == 0    # three tokens to go: not worth the catch-up
+    assert plan(policy, "draft", 8, setup_s=0.1) == 0    # three tokens to go: not worth the catch-up
 
 
 # c(n) probed for Qwen2.5-Coder 1.5B Q4_K_M with llama.cpp's defaults on this project's CPU
@@ -214,7 +215,7 @@ CPU_FAST = {1: 0.0259, 2: 0.0443, 3: 0.0562, 4: 0.0712, 6: 0.1005, 8: 0.1196, 12
 
 
 def test_lookup_priors_rise_once_the_first_token_holds_and_doubt_what_is_less_sure():
-    from spec_cli.core.policy import prior
+    from helpers import prior
 
     unique, multi, output, run = (prior(s, 8) for s in ("prompt4", "prompt-multi4", "output4", "prompt-run8"))
     assert unique[0] < unique[4]                  # a copy that started goes on
@@ -229,10 +230,10 @@ def test_what_one_match_length_teaches_moves_the_others_of_its_origin():
     """A text that copies its prompt shows it on one match length; the
     others of the same origin believe it too, other origins do not."""
     policy = Policy(CostModel.from_timings(CPU_FAST, 17), k_max=16)
-    assert policy.plan("prompt2", 16) == 0        # a 2-token match alone: not worth a batch here
+    assert plan(policy, "prompt2", 16) == 0        # a 2-token match alone: not worth a batch here
     for _ in range(4):
         policy.observe("prompt4", drafted=8, accepted=8, draft_s=0.0, verify_s=0.12)
-    assert policy.plan("prompt2", 16) > 0
+    assert plan(policy, "prompt2", 16) > 0
     assert policy.chances("output2") == prior_of(policy, "output2")
     assert policy.chances("draft") == prior_of(policy, "draft")
     for _ in range(12):                           # ... and a text that does not, the other way
@@ -241,7 +242,7 @@ def test_what_one_match_length_teaches_moves_the_others_of_its_origin():
 
 
 def prior_of(policy, source):
-    from spec_cli.core.policy import prior
+    from helpers import prior
     return prior(source, policy.k_max)
 
 
@@ -250,7 +251,7 @@ def test_the_safeguard_judges_copies_apart_from_fresh_lookups():
     policy.cost.observe_verify = lambda n, s: None  # a cost model that cannot learn
     simulate(policy, quiet, steps=200, accept=0.3, source="prompt4")
     assert "prompt" in policy.stopped and "prompt-run" not in policy.stopped
-    assert policy.plan("prompt-run8", 8) > 0
+    assert plan(policy, "prompt-run8", 8) > 0
 
 
 def test_a_look_that_costs_a_catch_up_must_be_able_to_pay_it_back():
@@ -261,7 +262,7 @@ def test_a_look_that_costs_a_catch_up_must_be_able_to_pay_it_back():
         policy = Policy(CostModel.from_timings(CPU_FAST, 17), k_max=16, probe_every=4)
         policy.draft_s["draft"] = 0.0152
         policy.horizon = 184
-        return sum(policy.plan("draft", 16, setup_s=setup_s) > 0 for _ in range(64))
+        return sum(plan(policy, "draft", 16, setup_s=setup_s) > 0 for _ in range(64))
     assert probes(0.64) == 0
     assert probes(0.0) > 0
 

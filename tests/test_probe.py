@@ -92,7 +92,7 @@ def test_a_real_first_load_stays_within_its_budget(smollm_fast, state):
 
 def test_a_draft_that_could_never_pay_here_is_not_loaded(state, tmp_path):
     """Decided from what earlier runs remembered, before either model loads."""
-    from spec_cli.llama.backend import LoadConfig, fingerprint
+    from spec_cli.llama.facts import LoadConfig, fingerprint
 
     target, draft = tmp_path / "target.gguf", tmp_path / "draft.gguf"
     target.write_bytes(b"GGUF" + bytes(1100))
@@ -123,7 +123,7 @@ def test_the_command_leaves_out_a_draft_that_cannot_pay_and_says_so(smollm_path,
     import subprocess
     import sys
 
-    from spec_cli.llama.backend import LoadConfig, fingerprint
+    from spec_cli.llama.facts import LoadConfig, fingerprint
 
     state = tmp_path / "state"
     (state / "spec-cli").mkdir(parents=True)

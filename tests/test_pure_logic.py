@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from spec_cli.run.engine import StopMatcher
-from spec_cli.run.proposers import EMPTY
+from spec_cli.run.stops import StopMatcher
+from spec_cli.run.proposers.base import EMPTY
 from spec_cli.run.suffix import Lookup
 from spec_cli.core.stats import Stats
 
@@ -182,7 +182,7 @@ def test_a_context_seen_more_than_once_is_a_source_of_its_own():
 
 
 def test_the_timed_lookup_drafts_the_lookups_proposal_cut_to_the_reference():
-    from spec_cli.run.suffix import TimedLookup
+    from spec_cli.run.bench.references import TimedLookup
     prompt = [1, 2, 3, 4, 5, 6, 7, 8, 99, 1, 2]
     reference = [3, 4, 5, 9, 9]          # the lookup proposes 3 4 5 6; the target wrote 3 4 5, then 9
     tl = TimedLookup(reference)
@@ -196,7 +196,7 @@ def test_the_timed_lookup_drafts_the_lookups_proposal_cut_to_the_reference():
 def test_a_source_is_its_name_with_its_parts():
     """What drafted is typed: the lookup makes Sources, the policy and the
     statistics read their parts, and a plain name reads the same way."""
-    from spec_cli.core.policy import prior
+    from helpers import prior
     from spec_cli.core.source import Source
     from spec_cli.core.stats import origin
 
@@ -216,7 +216,7 @@ def test_one_slow_draft_cannot_poison_the_remembered_draft_cost():
     """A cold first draft (weights read from disk) 15x the usual cost moves
     the remembered cost per token by a bounded step, not to 4.6x; drafts
     that keep measuring a new cost still reach it."""
-    from spec_cli.run.proposers import learned_cost
+    from spec_cli.run.proposers.draft import learned_cost
 
     usual = 0.04
     assert learned_cost(usual, 0.6) <= usual * 1.6 + 1e-12
@@ -235,7 +235,7 @@ def test_message_contents_are_found_in_the_rendered_chat():
     template rendered with marks: as given, trimmed, or (a reasoning
     model's past answer) what follows its "</think>"; None where the
     template rewrote a content some other way."""
-    from spec_cli.llama.backend import _MARK, content_spans
+    from spec_cli.core.chat import MARK as _MARK, content_spans
 
     def render(contents, rewrite=lambda c: c.strip()):
         return "".join(f"<|user|>{rewrite(c)}<|end|>" for c in contents)

@@ -32,7 +32,7 @@ def made_paths(request, smollm_path):
 
 @pytest.fixture(scope="module")
 def models(made_paths):
-    from spec_cli.llama.backend import LoadConfig, Model
+    from spec_cli.llama.model import LoadConfig, Model
     models = [Model(p, LoadConfig(n_ctx=512)) for p in (made_paths[0], made_paths[0], made_paths[1])]
     yield models  # target, the same file as a draft, another one as a draft
     for m in models:
@@ -46,7 +46,7 @@ def test_drafting_on_a_recurrent_target_keeps_its_text(models, sampling, seed):
     assert target.recurrent
     replays, rollbacks = target.replays, target.rollbacks
     for text in PROMPTS:
-        prompt = target.tokenize(text)
+        prompt = target.vocab.tokenize(text)
         alone, _, _ = run(target, NoDraft(), prompt, max_tokens=40, sampling=sampling, seed=seed)
         for proposer in (DraftModel(other), DraftModel(same), Lookup()):
             target.reset()
@@ -63,7 +63,7 @@ def test_a_rewind_reads_back_to_the_same_state(models):
     """Rewound through the checkpoint, the next logits are those of a
     state that never went past the rewind point."""
     target = models[0]
-    toks = target.tokenize(PROMPTS[1])
+    toks = target.vocab.tokenize(PROMPTS[1])
     target.reset()
     first = target.catch_up(toks, logits_last=True).copy()
     target.truncate(3)  # before the checkpoint (the prefill's start): read again from nothing

@@ -88,9 +88,9 @@ def test_gumbel_noise_is_keyed_by_seed_position_and_token():
 def test_choose_is_greedy_at_temperature_zero_and_respects_filters():
     from spec_cli.core.sampling import choose
     logits = np.array([0.0, 3.0, 2.9, -1.0, 1.0])
-    assert all(choose(logits, SamplingConfig(), s, 0) == 1 for s in range(50))
+    assert all(choose(logits, SamplingConfig(), s, 0).token == 1 for s in range(50))
     top2 = SamplingConfig(temperature=1.0, top_k=2)
-    picks = {choose(logits, top2, s, p) for s in range(200) for p in range(3)}
+    picks = {choose(logits, top2, s, p).token for s in range(200) for p in range(3)}
     assert picks == {1, 2}
 
 
@@ -98,6 +98,9 @@ def test_choose_is_greedy_at_temperature_zero_and_respects_filters():
 
 import reference_sampling as reference  # noqa: E402
 from spec_cli.core import sampling as fast  # noqa: E402
+from spec_cli.core.kernel import COMPILED, NUMPY  # noqa: E402
+from helpers import choose_from_probs  # noqa: E402
+from conftest import REPO  # noqa: E402
 
 SETTINGS = [SamplingConfig(),
             SamplingConfig(temperature=1.0),                                   # full vocabulary
@@ -114,7 +117,7 @@ def real_rows(smollm_fast):
     """Real logit rows: a prompt's and a few generated positions'."""
     m = smollm_fast
     m.reset()
-    prompt = m.tokenize("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:")
+    prompt = m.vocab.tokenize("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:")
     rows = [m.decode(prompt, logits_from=0)]
     for _ in range(6):
         rows.append(m.decode([int(np.argmax(rows[-1][-1]))], logits_from=0))
@@ -133,8 +136,8 @@ def test_fast_choice_is_the_reference_choice_on_real_rows(real_rows, monkeypatch
             assert np.allclose(fast.probs(row, cfg), reference.probs(row, cfg)[0], rtol=1e-6, atol=1e-12), cfg
             for seed in range(4):
                 want, via_tail = reference.traced(row, cfg, seed, r)
-                assert fast.choose(row, cfg, seed, r) == want, (cfg, r, seed)
-                assert fast.decide(row, cfg, seed, r)[0] == want
+                assert fast.choose(row, cfg, seed, r).token == want, (cfg, r, seed)
+                assert fast.choose(row, cfg, seed, r, confidence=True)[0] == want
                 tail_wins += via_tail
     if head_cap == 32:
         assert tail_wins > 20  # the tail's path was exercised, not only the head's
@@ -147,22 +150,20 @@ def test_the_compiled_kernel_makes_the_numpy_paths_choices(real_rows, monkeypatc
     without top-p, the full vocabulary), on real rows, flattened ones and
     rows of ties; it leaves to numpy a q wider than the head.  With a small
     head, tail blocks win too."""
-    assert fast._fastpick is not None, "the kernel did not build: see setup.py"
+    assert COMPILED.available, "the kernel did not build: see setup.py"
     rows = [*real_rows, *(real_rows[::3] * np.float32(0.2)), np.round(real_rows[0]),
             np.zeros_like(real_rows[0])]
     cfgs = [SamplingConfig()] + [SamplingConfig(temperature=t, top_k=k, top_p=p, min_p=mp)
                                  for t in (0.6, 1.7) for k in (0, 1, 40, 3000) for p in (1.0, 0.95, 0.4)
                                  for mp in (0.0, 0.05, 0.3)]
-    kernel, used, left, tail_wins = fast._fastpick, 0, 0, 0
+    used, left, tail_wins = 0, 0, 0
     small_head = [(SamplingConfig(temperature=t), 32, rep) for t in (1.0, 1.7) for rep in range(3)]
     for cfg, head_cap, rep in [(c, fast.HEAD_CAP, 0) for c in cfgs] + small_head:
         monkeypatch.setattr(fast, "HEAD_CAP", head_cap)
         for r, row in enumerate(rows):
             seed, pos = 3 + r + 100 * rep, 11 * r
-            got = fast._kernel(row, cfg, seed, pos, True)
-            monkeypatch.setattr(fast, "_fastpick", None)
-            want = fast.decide(row, cfg, seed, pos)
-            monkeypatch.setattr(fast, "_fastpick", kernel)
+            got = fast._by_kernel(COMPILED, row, cfg, seed, pos, True)
+            want = fast.choose(row, cfg, seed, pos, confidence=True, kernel=NUMPY)
             full = not cfg.greedy and cfg.top_k == 0 and cfg.top_p == 1.0 and cfg.min_p == 0.0
             assert (got is not None) >= (cfg.greedy or full), (cfg, r)
             if got is None:  # q wider than the head: numpy's
@@ -173,10 +174,10 @@ def test_the_compiled_kernel_makes_the_numpy_paths_choices(real_rows, monkeypatc
             tail_wins += via_tail
             assert got[0] == want[0] == ref, (cfg, r)
             assert got[1] == pytest.approx(want[1], rel=1e-6), (cfg, r)
-            assert fast.choose(row, cfg, seed, pos) == got[0]
+            assert fast.choose(row, cfg, seed, pos).token == got[0]
     assert used > 2000 and left > 200 and tail_wins > 5, (used, left, tail_wins)
     with pytest.raises(TypeError, match="float32"):
-        kernel.choose(np.zeros(4, np.float64), 1.0, 0, 1.0, 0.1, 0, 0, 8, False, None)
+        COMPILED.choose(np.zeros(4, np.float64), SamplingConfig(1.0, 0, 1.0, 0.1), 0, 0, False, None, 8)
 
 
 def test_the_min_p_window_gives_the_general_paths_q_to_the_bit(real_rows, monkeypatch):
@@ -227,9 +228,9 @@ def test_candidates_give_the_whole_rows_q_to_the_bit(real_rows):
                 assert part.log_z == whole.log_z and part.top == whole.top
                 for seed in range(4):
                     assert fast.choose(c, cfg, seed, r) == fast.choose(row, cfg, seed, r)
-                    assert fast.decide(c, cfg, seed, r) == fast.decide(row, cfg, seed, r)
+                    assert fast.choose(c, cfg, seed, r, confidence=True) == fast.choose(row, cfg, seed, r, confidence=True)
         c = _candidates(real_rows[0], 50)
-        assert fast.choose(c, SamplingConfig(), 0, 0) == int(np.argmax(real_rows[0]))
+        assert fast.choose(c, SamplingConfig(), 0, 0).token == int(np.argmax(real_rows[0]))
     with pytest.raises(ValueError):
         fast.dist(_candidates(real_rows[0], 10), SamplingConfig(temperature=1.0))  # no top-k: whole rows only
 
@@ -239,7 +240,7 @@ def test_llama_cpps_candidates_are_the_rows_own(smollm_fast):
     each row's most likely tokens with their logits bitwise the whole
     row's, and every seeded choice is the whole row's."""
     m = smollm_fast
-    toks = m.tokenize("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:")
+    toks = m.vocab.tokenize("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:")
     cfg = SamplingConfig(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
     m.reset()
     m.decode(toks[:-9])
@@ -267,7 +268,7 @@ def test_choose_from_probs_is_the_same_choice(real_rows):
     cfg = SamplingConfig(temperature=1.0, top_p=0.9)
     for r, row in enumerate(real_rows[:10]):
         q = fast.probs(row, cfg)
-        assert all(fast.choose_from_probs(q, s, r) == fast.choose(row, cfg, s, r) for s in range(5))
+        assert all(choose_from_probs(q, s, r) == fast.choose(row, cfg, s, r).token for s in range(5))
 
 
 def _two_stage_case(monkeypatch):
@@ -303,11 +304,11 @@ def test_two_stage_choice_is_an_exact_sample(monkeypatch):
     logits, cell, expected = _two_stage_case(monkeypatch)
     n = 4000
     full = SamplingConfig(temperature=1.0)
-    counts = Counter(cell(fast.choose(logits, full, s, 0)) for s in range(n))
+    counts = Counter(cell(fast.choose(logits, full, s, 0).token) for s in range(n))
     fits, stat, crit = chi2_fits(counts, expected, n)
     assert fits, f"chi2 {stat:.1f} > {crit:.1f}"
     head_only = SamplingConfig(temperature=1.0, top_k=8)
-    counts = Counter(cell(fast.choose(logits, head_only, s, 0)) for s in range(n))
+    counts = Counter(cell(fast.choose(logits, head_only, s, 0).token) for s in range(n))
     fits, stat, crit = chi2_fits(counts, expected, n)
     assert not fits, f"a sampler without the tail passed: chi2 {stat:.1f} <= {crit:.1f}"
 
@@ -327,15 +328,16 @@ def test_margin_sees_a_token_just_left_out_by_the_cut():
     assert not any(fast.margin(far, cfg, s, 0) == pytest.approx(0.1) for s in at_cut)
 
 
-def test_rowcost_times_both_paths_and_puts_the_kernel_back(smollm_fast):
-    """`python -m spec_cli.run.rowcost` (the figures in README): every
-    setting timed with the kernel and without, after a real decode, in one
-    call with its decode, and over a verify batch in 1 and N threads; the
-    kernel in place again afterwards (nothing about speed is asserted)."""
-    from spec_cli.run import rowcost
-    kernel = fast._fastpick
+def test_rowcost_times_both_paths(smollm_fast):
+    """`python tools/rowcost.py` (the figures in docs): every setting timed
+    with the kernel and without, after a real decode, in one call with its
+    decode, and over a verify batch in 1 and N threads (nothing about speed
+    is asserted)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("rowcost", REPO / "tools" / "rowcost.py")
+    rowcost = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rowcost)
     times, host = rowcost.measure(smollm_fast, 2)
-    assert fast._fastpick is kernel
     assert set(times) == set(rowcost.SETTINGS) and len(host) == 2 * 2 * len(rowcost.SETTINGS)
     wide = f"rows, {smollm_fast.n_threads} threads"
     for t in times.values():
@@ -357,14 +359,18 @@ def test_choose_rows_walks_a_verify_batch_as_the_rule_does(real_rows, monkeypatc
     for cfg in [SamplingConfig(), SamplingConfig(0.8, 40, 0.95, 0.05), SamplingConfig(1.0),
                 SamplingConfig(0.8, top_p=0.95)]:
         for seed in range(3):
-            truth = [fast.choose(row, cfg, seed, 5 + i) for i, row in enumerate(rows)]
+            truth = [fast.choose(row, cfg, seed, 5 + i).token for i, row in enumerate(rows)]
             for j in (0, 3, 8):  # the draft parts from the choices at j (8: it never does)
                 draft = truth[:j] + [truth[j] + 1] + truth[j + 1:8] if j < 8 else truth[:8]
                 for threads in (1, 2, 3):
-                    walked = fast.choose_rows(rows, draft, cfg, seed, 5, threads)
+                    walked = COMPILED.walk(rows, draft, cfg, seed, 5, threads, fast.HEAD_CAP)
                     assert walked == truth[:j + 1], (cfg, seed, j, threads)
+                    assert fast.choose_rows(rows, draft, cfg, seed, 5, threads=threads) == walked
                     assert verify_choices(draft, walked.__getitem__) == (j, truth[j])
+    hot = SamplingConfig(1.0, top_k=40)
     monkeypatch.setattr(fast, "HEAD_CAP", 1)  # every sampled row's q is wider: numpy's, from row 0
+    truth = [fast.choose(row, hot, 0, 5 + i, kernel=NUMPY).token for i, row in enumerate(rows)]
     for threads in (1, 2):
-        assert fast.choose_rows(rows, truth[:8], SamplingConfig(1.0, top_k=40), 0, 5, threads) == []
-    assert fast.choose_rows(list(rows), truth[:8], SamplingConfig(), 0, 5) == []  # not an array: row by row
+        assert COMPILED.walk(rows, truth[:8], hot, 0, 5, threads, fast.HEAD_CAP) == []
+        assert fast.choose_rows(rows, truth[:8], hot, 0, 5, threads=threads) == truth  # numpy walks it all
+    assert fast.choose_rows(list(rows), truth[:8], hot, 0, 5) == truth  # not an array: row by row

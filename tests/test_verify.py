@@ -122,7 +122,7 @@ def test_same_seed_same_decisions():
 
 # -- the Gumbel coupling (the default rule) --------------------------------
 
-from spec_cli.core.sampling import choose_from_probs  # noqa: E402
+from helpers import choose_from_probs  # noqa: E402
 from spec_cli.core.verify import verify_choices  # noqa: E402
 
 

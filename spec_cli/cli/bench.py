@@ -51,7 +51,7 @@ def bench(
     from ..run.bench import DEFAULT_PROMPTS, problems, report, run_bench, variants_from
     from ..run.clock import load_clock, read_profile
     from ..run.engine import GenConfig
-    from ..run.peer import PEERS, Peer
+    from ..llama.peer import PEERS, Peer
     from ..term import render
     from .common import check_rule
 

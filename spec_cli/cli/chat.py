@@ -97,7 +97,7 @@ class _Chat:
 
         target = self.pair.target
         self.messages.append({"role": "user", "content": line})
-        tokens = target.tokenize_chat(self.messages)
+        tokens = target.vocab.tokenize_chat(self.messages)
         if len(tokens) >= target.n_ctx:
             self.messages.pop()
             render.error(f"the conversation no longer fits the context ({len(tokens)} tokens, --ctx {target.n_ctx})",

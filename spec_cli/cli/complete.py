@@ -94,7 +94,7 @@ def _complete_here(prefix: str, after: str, stops, cfg: PairConfig, samp, *, max
                     rule=cfg.rule)
     pair = load(cfg, quiet=quiet)
     try:
-        fim = fim_prompt(pair.target, prefix, after)
+        fim = fim_prompt(pair.target.vocab, prefix, after)
         if not fim.fim and not quiet:
             render.note(f"{cfg.target} has no fill-in-the-middle tokens: continuing the prefix, "
                         "the suffix is not used")

@@ -66,13 +66,14 @@ def models_info(model: str = typer.Argument(..., help="A registered name or a .g
     FIM tokens, memory kind (KV cache, recurrent, hybrid) and MTP layers,
     read from the GGUF itself."""
     from ..term import render
-    from ..llama.backend import LoadConfig, Model
+    from ..llama.facts import describe
+    from ..llama.model import LoadConfig, Model
     from ..models.download import resolve
 
     with render.download_progress() as progress:
         path = resolve(model, progress=progress(model))
     with Model(path, LoadConfig(n_ctx=256, n_batch=256)) as m:
-        info = m.describe()
+        info = describe(m)
     if as_json:
         print(json.dumps(info, indent=1, ensure_ascii=False))
         return

@@ -118,7 +118,9 @@ def _editor_seq_line(pair, editor_seq: bool) -> str:
     """What the editors' own KV sequence costs, for the start-up lines."""
     if not editor_seq:
         return "\n  editors share the KV cache with chats (--no-editor-seq): they wait for a running one"
-    sizes = [m.kv_bytes for m in (pair.target, pair.draft) if m is not None]
+    from ..llama.facts import kv_bytes
+
+    sizes = [kv_bytes(m) for m in (pair.target, pair.draft) if m is not None]
     extra = f" (+{sum(sizes) / 2**20:,.0f} MiB of KV cache)" if sizes and None not in sizes else ""
     return (f"\n  editors are served between a chat's steps, in a KV sequence of their own{extra}; "
             "--no-editor-seq saves it")

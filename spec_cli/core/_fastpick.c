@@ -28,27 +28,24 @@
  * numpy path decides: whether it does depends on q's set alone, so a row
  * and its candidates (ids given) are decided alike, to the bit.
  *
- * Three entry points: choose (one row), choose_rows (the rule's walk over
- * a verify batch, its rows in threads where built with OpenMP) and
- * decode_choose (a drafted token: llama_decode, then the choice from its
- * row, with no Python between them).
+ * Two entry points: choose (one row) and choose_rows (the rule's walk over
+ * a verify batch, its rows in threads where built with OpenMP); and the
+ * capsule `pick_api` (_pick.h), through which llama/_decodepick.c chooses
+ * from a row right after llama_decode, with no Python between them.
  *
  * No numpy headers: rows come through the buffer protocol. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
-#include <time.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "_pick.h"
 #if defined(__SSE2__) || defined(_M_X64)
 #include <emmintrin.h>
 #elif defined(__ARM_NEON) && defined(__aarch64__)
 #include <arm_neon.h>
-#endif
-#ifdef _WIN32
-#include <windows.h>
 #endif
 /* rows of a verify batch in several threads: where setup.py built with
  * OpenMP (llama.cpp's CPU backend uses the same libgomp, whose workers are
@@ -383,15 +380,7 @@ static int64_t full_vocab(const float *x, int64_t n, const float *bmax, int64_t 
     return token;
 }
 
-/* What a choice is made under: sampling.SamplingConfig, the seed (reduced
- * mod 2^64) and sampling.HEAD_CAP. */
-typedef struct { double t; long long top_k; double top_p, min_p; uint64_t seed; long long head_cap; } settings;
-
-/* The token at output position `pos` from row x (n values; tok: the token
- * id at each position, or NULL where the position is the id), and with
- * want_conf decide's confidence in *conf; -1 where numpy's path decides
- * (a NaN, a q wider than the head, no memory for the candidates), -2 when
- * out of memory from the start. */
+/* `pick` (_pick.h says what it takes and returns) */
 static int64_t pick(const float *x, int64_t n, const int64_t *tok, const settings *st, long long pos,
                     int want_conf, double *conf_out) {
     const double t = st->t, top_p = st->top_p, min_p = st->min_p;
@@ -716,95 +705,11 @@ end:
     return out;
 }
 
-/* -- one drafted token: llama_decode and the choice in one call ----------
- * llama.h's llama_batch, as llama-cpp-python 0.3.36 binds it (its ctypes
- * Structure has these fields in this order) */
-typedef struct {
-    int32_t n_tokens;
-    int32_t *token;
-    float *embd;
-    int32_t *pos;
-    int32_t *n_seq_id;
-    int32_t **seq_id;
-    int8_t *logits;
-} llama_batch_t;
-typedef int32_t (*decode_fn)(void *ctx, llama_batch_t batch);
-typedef float *(*logits_fn)(void *ctx);
-
-static double now(void) {
-#ifdef _WIN32
-    LARGE_INTEGER f, c;
-    QueryPerformanceFrequency(&f);
-    QueryPerformanceCounter(&c);
-    return (double)c.QuadPart / (double)f.QuadPart;
-#else
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-#endif
-}
-
-/* decode_choose(decode, get_logits, ctx, batch, n_vocab, token, pos, temperature, top_k, top_p,
- *               min_p, seed, out_pos, head_cap, confidence) -> (rc, seconds, token, conf)
- * Append `token` at KV position `pos` of the sequence the batch's first
- * slot names (its seq_id is the caller's to set), by llama_decode (the
- * function at address `decode`, the context at `ctx`, the llama_batch at
- * `batch`), the GIL released meanwhile; then choose from its logits row
- * (llama_get_logits at `get_logits`) as choose() does, at output position
- * out_pos.  rc: llama_decode's (nothing chosen unless 0); seconds: the
- * time inside llama.cpp; token: -1 where numpy's path decides (the row is
- * in llama.cpp's buffer), -2 when out of memory. */
-static PyObject *decode_choose(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 15) {
-        PyErr_SetString(PyExc_TypeError, "decode_choose takes 15 arguments");
-        return NULL;
-    }
-    void *addr[4];
-    for (int i = 0; i < 4; i++) addr[i] = PyLong_AsVoidPtr(args[i]);
-    long long n = PyLong_AsLongLong(args[4]), token = PyLong_AsLongLong(args[5]);
-    long long pos = PyLong_AsLongLong(args[6]), out_pos = PyLong_AsLongLong(args[12]);
-    PyObject *sargs[7] = {args[7], args[8], args[9], args[10], args[11], args[12], args[13]};
-    settings st;
-    if (settings_from(sargs, &st) < 0) return NULL;
-    int want_conf = PyObject_IsTrue(args[14]);
-    if (PyErr_Occurred()) return NULL;
-    if (!addr[0] || !addr[1] || !addr[2] || !addr[3] || n < 1) {
-        PyErr_SetString(PyExc_ValueError, "decode_choose needs llama.cpp's functions, context and batch");
-        return NULL;
-    }
-    decode_fn decode;
-    logits_fn get_logits;
-    memcpy(&decode, &addr[0], sizeof decode);  /* object to function pointer, as dlsym's users do */
-    memcpy(&get_logits, &addr[1], sizeof get_logits);
-    llama_batch_t *b = (llama_batch_t *)addr[3];
-    b->n_tokens = 1;
-    b->token[0] = (int32_t)token;
-    b->pos[0] = (int32_t)pos;
-    b->n_seq_id[0] = 1;
-    b->logits[0] = 1;
-    int32_t rc;
-    const float *row = NULL;
-    double t0 = now(), spent;
-    Py_BEGIN_ALLOW_THREADS
-    rc = decode(addr[2], *b);
-    if (rc == 0) row = get_logits(addr[2]);
-    Py_END_ALLOW_THREADS
-    spent = now() - t0;
-    long long chosen = -1;
-    double conf = NAN;
-    if (rc == 0 && row) chosen = pick(row, n, NULL, &st, out_pos, want_conf, &conf);
-    return Py_BuildValue("(idLd)", (int)rc, spent, chosen, conf);
-}
-
 static PyMethodDef methods[] = {
     {"choose", (PyCFunction)(void (*)(void))choose, METH_FASTCALL,
      "choose(row, temperature, top_k, top_p, min_p, seed, pos, head_cap, confidence, ids) -> (token, conf) or None"},
     {"choose_rows", (PyCFunction)(void (*)(void))choose_rows, METH_FASTCALL,
      "choose_rows(rows, draft, temperature, top_k, top_p, min_p, seed, pos0, head_cap, threads) -> [token, ...]"},
-    {"decode_choose", (PyCFunction)(void (*)(void))decode_choose, METH_FASTCALL,
-     "decode_choose(decode, get_logits, ctx, batch, n_vocab, token, pos, temperature, top_k, top_p, min_p, "
-     "seed, out_pos, head_cap, confidence) -> (rc, seconds, token, conf)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -818,5 +723,11 @@ PyMODINIT_FUNC PyInit__fastpick(void) {
     const int threads = 0;
 #endif
     if (m && PyModule_AddIntConstant(m, "OPENMP", threads) < 0) Py_CLEAR(m);  /* choose_rows in threads? */
+    static pick_api api = {PICK_API_VERSION, pick};  /* for llama/_decodepick.c */
+    PyObject *cap = m ? PyCapsule_New(&api, PICK_CAPSULE, NULL) : NULL;
+    if (m && (!cap || PyModule_AddObject(m, "pick_api", cap) < 0)) {
+        Py_XDECREF(cap);
+        Py_CLEAR(m);
+    }
     return m;
 }

@@ -53,7 +53,7 @@ class Decoding:
     @property
     def candidates_k(self) -> int | None:
         """The top-k whose candidates give every row this decoding reads
-        (backend.Model.candidates_k), or None where it reads whole rows:
+        (llama.Model.candidates_k), or None where it reads whole rows:
         greedy (an argmax is cheap), no top-k, or the residual rule (it
         subtracts dense rows)."""
         s = self.sampling

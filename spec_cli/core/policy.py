@@ -188,22 +188,6 @@ class Acceptance:
             self.rates[i] += EMA * (hit - self.rates[i])
 
 
-# acceptance before anything is seen: the draft model's; bench's references
-# (the oracle drafts what the target alone wrote, the ngram-oracle the
-# lookup's drafts cut to what the target alone wrote)
-PRIORS = {"draft": 0.8, "oracle": 1.0, "ngram-oracle": 1.0}
-# A lookup's first token, by how long its match was (suffix.bucket): a
-# context seen once with one continuation ("prompt4"), one seen more often
-# whose most frequent continuation drafts ("prompt-multi4"), or a copy the
-# output has followed for that many tokens ("prompt-run4").  Once a first
-# token holds, the copy mostly goes on: later tokens start from LATER.
-FIRST = {"": {1: 0.35, 2: 0.5, 3: 0.65, 4: 0.75, 8: 0.95, 16: 0.98},
-         "multi": {1: 0.12, 2: 0.3, 3: 0.6, 4: 0.7, 8: 0.9, 16: 0.95},
-         "run": {1: 0.5, 2: 0.65, 3: 0.8, 4: 0.85, 8: 0.88, 16: 0.97}}
-LATER = (0.75, 0.82, 0.82, 0.92)   # tokens 2, 3, 4, and 5 on
-OUTPUT = 0.6   # the output repeats itself less surely than it copies its prompt
-
-
 SHIFT_RATE = 0.3   # log-odds per surprise: how fast a text's copiability is learned
 SHIFT_MAX = 2.0
 
@@ -222,19 +206,10 @@ def _shifted(p: float, shift: float) -> float:
     return 1.0 / (1.0 + math.exp(-(math.log(p / (1 - p)) + shift)))
 
 
-def prior(source: str, n: int) -> list[float]:
-    """Acceptance chances for draft positions 1..n before anything is seen."""
-    if source in PRIORS:
-        return [PRIORS[source]] * n
-    src = Source.of(source)
-    if not src.is_lookup:
-        return [0.7] * n
-    first = FIRST.get(src.kind, FIRST[""]).get(src.matched, 0.7)
-    later = [LATER[min(i, len(LATER) - 1)] for i in range(n - 1)]
-    if src.kind == "run":
-        later = [max(first, x) for x in later]
-    rates = [first] + later
-    return [r * OUTPUT if src.origin == "output" else r for r in rates][:n]
+def flat_prior(source: str, n: int) -> list[float]:
+    """Acceptance chances before anything is seen, where the proposer says
+    nothing of its own (each proposer's `acceptance_prior` does)."""
+    return [0.7] * n
 
 
 WINDOW = 32      # drafting steps per proposer kept by the safeguard
@@ -246,13 +221,6 @@ FREE = 0.02   # a draft costing at most this share of a target token a token is 
 SHAPE_K = 4   # a free look where the curve's size is unmeasured drafts this many (a batch of 5)
 
 
-@dataclass(frozen=True)
-class _Offer:
-    source: str
-    limit: int
-    setup_s: float = 0.0
-
-
 def _realised(window) -> float:
     seconds = sum(s for _, s in window)
     return sum(t for t, _ in window) / seconds if seconds > 0 else 0.0
@@ -262,8 +230,9 @@ class Policy:
     """Decides, step by step, how many tokens each proposer should draft."""
 
     def __init__(self, cost: CostModel, *, k_max: int, draft_s: dict[str, float] | None = None,
-                 probe_every: int = 64, plain_every: int = 16):
+                 prior=flat_prior, probe_every: int = 64, plain_every: int = 16):
         self.cost = cost
+        self.prior = prior  # prior(source, n): acceptance chances of a source before any is seen
         self.draft_s = dict(draft_s or {})  # per proposer, seconds per draft token (its prior, then learned)
         self.k_max = k_max
         self.probe_every = probe_every
@@ -282,7 +251,7 @@ class Policy:
 
     def _acc(self, proposer: str) -> Acceptance:
         if proposer not in self.accept:
-            self.accept[proposer] = Acceptance(prior(proposer, self.k_max))
+            self.accept[proposer] = Acceptance(self.prior(proposer, self.k_max))
         return self.accept[proposer]
 
     def chances(self, source: str) -> list[float]:
@@ -399,10 +368,6 @@ class Policy:
         if shape:
             self._wide = ideal
         return ideal
-
-    def plan(self, source: str, limit: int, *, setup_s: float = 0.0) -> int:
-        """`choose` for a single proposer: the k to draft (0 = none)."""
-        return self.choose([_Offer(source, limit, setup_s)], limit)[1]
 
     def keep_going(self, proposer: str, chain: list[float]) -> bool:
         """After drafting len(chain) tokens whose acceptance chances (the

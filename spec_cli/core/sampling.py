@@ -20,15 +20,15 @@ over the full vocabulary, need the softmax's sum over every token: one
 vectorised float32 pass.  `probs` gives the same q as a dense row (the
 residual rule and the tests use it).
 
-`choose` and `decide` hand a float32 row (or candidates) to a compiled
-kernel first (_fastpick.c, built by setup.py): the same definition in one
+`choose` and `choose_rows` hand a float32 row (or candidates) to the compiled
+kernel first (kernel.py: _fastpick.c, built by setup.py): the same definition in one
 call, since right after a decode each numpy call costs the host 5-20 us
 however small its array.  It takes every setting; a q of more than
 HEAD_CAP tokens after top-p or min-p, and a build without the kernel,
 come here.
 
 A row may also come as `Candidates`: the ids and logits of its most likely
-tokens only, which llama.cpp's backend top-k sampler leaves (backend.py,
+tokens only, which llama.cpp's backend top-k sampler leaves (llama/model.py,
 `Model.candidates_k`), so that with top-k on nothing the size of the
 vocabulary is read at all.  They give the same q, bit for bit, as the
 whole row: the same values in the same order go through the same steps.
@@ -43,14 +43,10 @@ from typing import NamedTuple
 import numpy as np
 
 from .config import SamplingConfig
+from .kernel import COMPILED, MASK, NUMPY, Kernel
 
-try:  # the compiled per-row kernel (setup.py); without it, the same choices in numpy
-    from . import _fastpick
-except ImportError:  # pragma: no cover - a build without a C compiler
-    _fastpick = None
-
-__all__ = ["SamplingConfig", "Candidates", "Dist", "dist", "probs", "sample", "choose", "choose_rows", "choice", "decide",
-           "choose_from_probs", "gumbel", "margin"]
+__all__ = ["SamplingConfig", "Candidates", "Choice", "Dist", "dist", "probs", "sample", "choose", "choose_rows",
+           "gumbel", "margin", "COMPILED", "NUMPY"]
 
 # logit windows (in logits) tried, narrowest first, for the candidates of
 # top-k and top-p: the first that holds enough is the only part read further
@@ -345,7 +341,6 @@ def sample(p: np.ndarray, rng: np.random.Generator) -> int:
 # result is an exact sample from q, the same function of (q, seed, position)
 # for the draft and the target, and the tail is read only when it wins.
 
-MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 
 
@@ -443,22 +438,44 @@ def _best(ids: np.ndarray, s: np.ndarray) -> tuple[int, float]:
     return int(ids[i]), float(top2[1] - top2[0])
 
 
-def kernel_note() -> str:
-    """What makes the choices here, for bench's header: the compiled kernel
-    (with OpenMP: a verify batch's rows in threads), or numpy alone."""
-    if _fastpick is None:
-        return "numpy (no compiled kernel: more host time per token; reinstall with a C compiler)"
-    return "compiled" + (", rows in threads" if getattr(_fastpick, "OPENMP", 0) else "")
+class Choice(NamedTuple):
+    """A chosen token and how sure the distribution was of it: q's top
+    probability (greedy: the softmax's top over the tokens within 12 logits
+    of the argmax, a stopping signal only); 1.0 where not asked for."""
+
+    token: int
+    confidence: float
 
 
-def _kernel(logits, cfg: SamplingConfig, seed: int, pos: int, confidence: bool) -> tuple[int, float] | None:
-    """`decide` by the compiled kernel (_fastpick.c: one pass over a float32
-    row, a second where top-k is off, then only the tokens q can keep), or
-    None where it does not apply: no kernel, or a q cut by top-p or min-p
-    that keeps more than HEAD_CAP tokens -- there the numpy path below
-    decides.  Candidates go through it too, in ascending id order, so that
-    they and the whole row give the same q to the bit."""
-    if _fastpick is None:
+def choose(logits, cfg: SamplingConfig, seed: int, pos: int, *, confidence: bool = False,
+           kernel: Kernel = COMPILED) -> Choice:
+    """The token at output position `pos`: the seeded Gumbel-max choice from
+    q -- an exact sample, fixed by the seed; the argmax when greedy -- and,
+    with `confidence`, how sure q is (a draft's stopping signal).
+
+    The compiled `kernel` decides first (_fastpick.c: one pass over a
+    float32 row, a second where top-k is off, then only the tokens q can
+    keep); numpy decides where it does not apply: no kernel, or a q cut by
+    top-p or min-p that keeps more than HEAD_CAP tokens.  Candidates go
+    through it too, in ascending id order, so that they and the whole row
+    give the same q to the bit."""
+    fast = _by_kernel(kernel, logits, cfg, seed, pos, confidence)
+    if fast is not None:
+        return Choice(fast[0], fast[1] if confidence else 1.0)
+    if cfg.greedy:
+        token, x, top = _argmax(logits)  # from candidates: the near tokens they hold (a stopping signal only)
+        if not confidence:
+            return Choice(token, 1.0)
+        m = x[top]
+        near = x[x >= m - _CONFIDENCE_WINDOW]
+        return Choice(token, float(1.0 / np.exp(near - m).sum(dtype=np.float64)))
+    d = dist(logits, cfg)
+    return Choice(_pick(d, seed, pos, gap=False)[0], d.q_top if confidence else 1.0)
+
+
+def _by_kernel(kernel: Kernel, logits, cfg: SamplingConfig, seed: int, pos: int,
+               confidence: bool) -> tuple[int, float] | None:
+    if not kernel.available:
         return None
     ids = None
     if isinstance(logits, Candidates):
@@ -467,70 +484,26 @@ def _kernel(logits, cfg: SamplingConfig, seed: int, pos: int, confidence: bool) 
         ids, logits = _by_id(logits)
     elif type(logits) is not np.ndarray or logits.dtype != np.float32 or logits.ndim != 1:
         return None
-    return _fastpick.choose(logits, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, seed & MASK, pos,
-                            HEAD_CAP, confidence, ids)
+    return kernel.choose(logits, cfg, seed, pos, confidence, ids, HEAD_CAP)
 
 
-def choose_rows(rows, draft, cfg: SamplingConfig, seed: int, pos0: int, threads: int = 1) -> list[int]:
-    """`choose` for rows 0, 1, ... of a verify batch (output positions
-    pos0, pos0 + 1, ...) as far as the coupled rule reads them: while the
-    draft's token is the row's choice, and the first that is not -- all in
-    one call to the kernel, its rows read in up to `threads` threads (where
-    it was built with OpenMP; the rows come from memory, and on a
-    memory-bound host each core reads its own share).  Fewer (none without
-    the kernel, or for candidates) where the kernel leaves a row to numpy:
-    the caller chooses the rest."""
-    if _fastpick is None or type(rows) is not np.ndarray or rows.dtype != np.float32 or rows.ndim != 2:
-        return []
-    return _fastpick.choose_rows(rows, draft, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, seed & MASK,
-                                 pos0, HEAD_CAP, threads)
-
-
-def decide(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> tuple[int, float]:
-    """(the token at output position `pos`, q's top probability there): the
-    seeded choice, and how sure the distribution is (a draft's stopping
-    signal).  Greedy: the argmax, and the softmax's top probability over the
-    tokens within 12 logits of it (each token further counts < 1e-5 of
-    the top: a stopping signal, not a probability anything is drawn from)."""
-    fast = _kernel(logits, cfg, seed, pos, True)
-    if fast is not None:
-        return fast
-    if cfg.greedy:
-        token, x, top = _argmax(logits)  # from candidates: the near tokens they hold (a stopping signal only)
-        m = x[top]
-        near = x[x >= m - _CONFIDENCE_WINDOW]
-        return token, float(1.0 / np.exp(near - m).sum(dtype=np.float64))
-    d = dist(logits, cfg)
-    return _pick(d, seed, pos, gap=False)[0], d.q_top
-
-
-def choose(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> int:
-    """The token at output position `pos`: the seeded Gumbel-max choice from
-    q -- an exact sample, fixed by the seed; the argmax when greedy."""
-    fast = _kernel(logits, cfg, seed, pos, False)
-    if fast is not None:
-        return fast[0]
-    if cfg.greedy:
-        return _argmax(logits)[0]
-    return _pick(dist(logits, cfg), seed, pos, gap=False)[0]
-
-
-def choice(logits, cfg: SamplingConfig, seed: int, pos: int, confidence: bool) -> tuple[int, float]:
-    """(the token at output position `pos`, how sure it is): `decide` where
-    `confidence` is asked for, else `choose` and 1.0."""
-    if confidence:
-        return decide(logits, cfg, seed, pos)
-    return choose(logits, cfg, seed, pos), 1.0
-
-
-def choose_from_probs(q: np.ndarray, seed: int, pos: int) -> int:
-    """`choose` for a probability row already computed (the same choice)."""
-    ids = np.flatnonzero(q)
-    with np.errstate(divide="ignore"):
-        x = np.log(q)  # a row of logits at temperature 1 (-inf where q is 0)
-    top = int(ids[np.argmax(x[ids])])
-    z = _z(x, ids, float(x[top]), 1.0)
-    return _pick(Dist(x, 1.0, top, float(x[top]), ids, z, math.log(float(np.exp(z).sum()))), seed, pos)[0]
+def choose_rows(rows, draft, cfg: SamplingConfig, seed: int, pos0: int, *, threads: int = 1,
+                kernel: Kernel = COMPILED) -> list[int]:
+    """`choose` along a verify batch as the coupled rule reads it (output
+    positions pos0, pos0 + 1, ...): each row's token while the draft's
+    token is the row's choice, and the first that is not (or the row after
+    the draft).  The kernel walks as far as it can in one call, its rows
+    read in up to `threads` threads (where it was built with OpenMP; the
+    rows come from memory, and on a memory-bound host each core reads its
+    own share); numpy chooses the rest (candidates, a row it leaves)."""
+    walked = []
+    if type(rows) is np.ndarray and rows.dtype == np.float32 and rows.ndim == 2:
+        walked = kernel.walk(rows, draft, cfg, seed, pos0, threads, HEAD_CAP)
+    for i in range(len(walked), min(len(rows), len(draft) + 1)):
+        if walked and walked[-1] != draft[len(walked) - 1]:
+            break
+        walked.append(choose(rows[i], cfg, seed, pos0 + i, kernel=kernel).token)
+    return walked
 
 
 def _top_p_distance(x: np.ndarray, cfg: SamplingConfig) -> float:

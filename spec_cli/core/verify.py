@@ -93,10 +93,3 @@ def verify_choices(draft: Sequence[int], choice: Callable[[int], int]) -> tuple[
         if n == len(draft) or draft[n] != t:
             return n, t
         n += 1
-
-
-def verify_greedy(draft: Sequence[int], target_argmax: Sequence[int]) -> tuple[int, int]:
-    """The rule when p and q are both one-hot (temperature 0), without
-    building the one-hot rows: `verify_choices` over the target's argmaxes.
-    Same result as `verify` on one-hot p and q."""
-    return verify_choices(draft, target_argmax.__getitem__)

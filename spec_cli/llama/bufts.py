@@ -69,7 +69,7 @@ def patterns(tensors, *, avx512: bool) -> list[str]:
 
 
 def _ggml(name: str) -> ctypes.CDLL:
-    import llama_cpp
+    from .lib import llama_cpp
 
     lib = Path(llama_cpp.__file__).parent / "lib"
     found = sorted(lib.glob(f"lib{name}.*"))
@@ -107,7 +107,7 @@ def apply(mparams, mode: str, path: Path):
     mparams.use_extra_bufts = mode == "all"
     if mode != "repack":
         return None
-    from .cpucheck import cpu_flags
+    from .cpu import cpu_flags
     from .gguf import tensors
 
     repack = cpu_extra_bufts().get("CPU_REPACK")

@@ -19,7 +19,7 @@ wall time since this module was imported (a process that began more than
 MAX_WINDOW_S before its first model -- a download first, a library caller
 -- counts over a fresh quarter second instead).  Linux only; elsewhere
 every core.  The count is part of a model's key in the state files
-(backend.fingerprint), so what a busy machine taught the cost model is
+(facts.fingerprint), so what a busy machine taught the cost model is
 kept apart from what a quiet one did.
 """
 

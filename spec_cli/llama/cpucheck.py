@@ -18,7 +18,7 @@ state directory per build and CPU, so the check costs its children once.
 `SPEC_CLI_EXTRA_BUFTS=1|repack|0` decides by hand ("all", "repack",
 "none"); `SPEC_CLI_CPU_CHECK=1` runs the check even where the build's
 features look safe (and ignores a kept answer).  `python -m
-spec_cli.llama.cpucheck MODEL.gguf [all|repack|none]` is the child.
+spec_cli.llama.cpuchild MODEL.gguf [all|repack|none]` is the child.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecError
+from .cpu import build_features, cpu_flags
 
 # ggml's names for what a build uses -> the flags /proc/cpuinfo lists for them
 FLAGS = {"SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX2": "avx2", "F16C": "f16c", "FMA": "fma",
@@ -57,32 +58,6 @@ class Verdict:
     note: str | None = None   # what the user is told, once per command
 
 
-def build_features() -> set[str]:
-    """What the loaded ggml CPU backend was compiled to use ("AVX2", "AMX_INT8", ...)."""
-    import llama_cpp
-
-    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
-    out = set()
-    for part in info.replace("|", "\n").splitlines():
-        name, _, value = part.partition("=")
-        name = name.split(":")[-1].strip()
-        if value.strip() == "1":
-            out.add(name)
-    return out
-
-
-def cpu_flags() -> set[str] | None:
-    """The CPU's flags from /proc/cpuinfo; None where there is none (macOS)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return set(line.partition(":")[2].split())
-    return None
-
-
 def needs_check(features: set[str], flags: set[str] | None) -> bool:
     """AMX in the build, or a feature the CPU does not list."""
     if "AMX_INT8" in features:
@@ -94,7 +69,7 @@ def needs_check(features: set[str], flags: set[str] | None) -> bool:
 
 def _key() -> str:
     """This build (the ggml CPU library's file) and this CPU."""
-    import llama_cpp
+    from .lib import llama_cpp
 
     lib = Path(llama_cpp.__file__).parent / "lib"
     libs = sorted(lib.glob("libggml-cpu*")) or sorted(lib.glob("*ggml*"))
@@ -110,7 +85,7 @@ def _key() -> str:
 
 def _child(model: Path, mode: str) -> int:
     """Run one small batch in a child; its exit status (negative: a signal)."""
-    cmd = [sys.executable, "-m", "spec_cli.llama.cpucheck", str(model), mode]
+    cmd = [sys.executable, "-m", "spec_cli.llama.cpuchild", str(model), mode]
     try:
         return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, timeout=TIMEOUT_S).returncode
@@ -155,38 +130,3 @@ def verdict(model: Path) -> Verdict:
     known[key] = mode
     write_state(STATE, known)
     return Verdict(mode, NOTES.get(mode))
-
-
-def illegal_instruction() -> None:
-    """Execute a real illegal instruction (ud2 / udf): for the tests of the
-    crash paths, and the test hook below."""
-    import ctypes
-    import mmap
-    import platform
-
-    code = b"\x0f\x0b" if platform.machine().lower() in ("x86_64", "amd64", "i686", "i386") else b"\x00\x00\x00\x00"
-    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-    page.write(code)
-    addr = ctypes.addressof(ctypes.c_char.from_buffer(page))
-    ctypes.CFUNCTYPE(None)(addr)()
-
-
-def _main(argv: list[str]) -> int:
-    """The child: load the model as spec-cli would, in the given mode, and
-    decode one batch."""
-    from .backend import LoadConfig, Model
-
-    mode = argv[1] if len(argv) > 1 else "all"
-    # the tests' stand-ins for a build whose AMX kernels ("extra-bufts"), or
-    # whose repacking too ("repack"), fault here: the modes that then crash
-    faulting = {"extra-bufts": ("all",), "repack": ("all", "repack")}
-    if mode in faulting.get(os.environ.get("SPEC_CLI_TEST_FAULT"), ()):
-        illegal_instruction()
-    with Model(argv[0], LoadConfig(n_ctx=256, n_batch=64, extra_bufts=mode)) as m:
-        tokens = (m.tokenize("def f(x):\n    return x * 2\n", add_special=False) * 8)[:16]
-        m.decode(tokens, logits_from=0)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

@@ -5,7 +5,7 @@ it is loaded; and its tensors' names, types and shapes (`tensors`).
 
 Two files whose token arrays are byte for byte the same have the same text
 for every token id, which is the expensive part of a pair check
-(backend.vocab_difference reads 150 K tokens through llama.cpp); reading
+(vocab.vocab_difference reads 150 K tokens through llama.cpp); reading
 the array here costs a walk over its string lengths (~60 ms on Qwen's
 150 K tokens), so what `token_digest` and `mtp_layers` read is kept in the
 state directory per file, size and modification time.

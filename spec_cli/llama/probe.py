@@ -20,8 +20,8 @@ are bitwise those of one-token decodes (`verify_cap`): a correctness check,
 not a timing, done once per file, build and numerics and kept with the
 curve.
 
-`python -m spec_cli.llama.probe MODEL.gguf` prints the curve of each numerics
-configuration tried for the default mode (a developer's tool).
+`python tools/probe_configs.py MODEL.gguf` (in the repository) prints the
+curve of each numerics configuration tried for the default mode.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .backend import Model
+from .model import Model
 
 SIZES = (1, 2, 4, 8, 17)             # up to a draft of 16 plus the last token
 BUDGET_S = 0.5                       # the most a first load spends timing a model
@@ -53,7 +53,7 @@ class Probe:
 
 
 def _stream(model: Model, n: int) -> list[int]:
-    text = model.tokenize(_TEXT, add_special=False)
+    text = model.vocab.tokenize(_TEXT, add_special=False)
     return (text * (n // max(len(text), 1) + 1))[:n]
 
 
@@ -190,8 +190,8 @@ def load(model: Model, *, like: Model | None = None) -> Probe:
 
 
 def recall(path: Path, cfg) -> dict[int, float] | None:
-    """The curve remembered for a model not loaded yet (backend.fingerprint)."""
-    from .backend import fingerprint
+    """The curve remembered for a model not loaded yet (facts.fingerprint)."""
+    from .facts import fingerprint
 
     try:
         return _entry(_read(), fingerprint(Path(path), cfg))[0]
@@ -261,54 +261,3 @@ def ensure(model: Model) -> dict[int, float]:
     if model.curve is None:
         apply(model, measure(model))
     return model.curve
-
-
-# -- which numerics are fastest here (a developer's tool) --------------------
-
-CONFIGS = {
-    "llama.cpp defaults (flash attention auto, F16 KV, repack on)": dict(fa=-1, kv=None, repack=True),
-    "flash attention off, F16 KV, repack on": dict(fa=0, kv=None, repack=True),
-    "flash attention on, Q8_0 KV, repack on (--deterministic)": dict(fa=1, kv=8, repack=True),
-    "flash attention on, Q8_0 KV, repack off": dict(fa=1, kv=8, repack=False),
-}
-
-
-def _main(argv: list[str]) -> None:
-    """Print c(n) in ms, n = SIZES, for each configuration in CONFIGS."""
-    import llama_cpp
-
-    from . import backend
-
-    path = argv[0]
-    prefix = int(argv[1]) if len(argv) > 1 else 300
-    for name, c in CONFIGS.items():
-        orig = llama_cpp.llama_context_default_params
-
-        def params(c=c):
-            p = orig()
-            p.flash_attn_type = c["fa"]
-            if c["kv"] is not None:
-                p.type_k = p.type_v = c["kv"]
-            return p
-
-        morig = llama_cpp.llama_model_default_params
-
-        def mparams(c=c):
-            p = morig()
-            p.use_extra_bufts = c["repack"]
-            return p
-
-        llama_cpp.llama_context_default_params, llama_cpp.llama_model_default_params = params, mparams
-        try:
-            with backend.Model(path, backend.LoadConfig(n_ctx=2048)) as m:
-                curve = summarise(time_sizes(m, SIZES, rounds=3, prefix=prefix))
-        finally:
-            llama_cpp.llama_context_default_params, llama_cpp.llama_model_default_params = orig, morig
-        cells = " ".join(f"{n}:{curve[n] * 1e3:.0f}" for n in SIZES)
-        print(f"{name:<62} {cells}", flush=True)
-
-
-if __name__ == "__main__":
-    import sys
-
-    _main(sys.argv[1:])

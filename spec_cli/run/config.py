@@ -16,7 +16,7 @@ class PairConfig:
     gpu_layers: int = 0
     draft_gpu_layers: int = 0
     p_min: float = 0.0
-    deterministic: bool = False  # the target's numerics: see backend.LoadConfig
+    deterministic: bool = False  # the target's numerics: see llama.config.LoadConfig
     rule: str = "gumbel"         # see engine.GenConfig
     # hybrid drafts from the lookup alone where remembered costs say the draft
     # model can never pay here; True: it is then not even loaded (bench loads

@@ -43,16 +43,16 @@ class Fim:
     truncated: bool    # context dropped to fit (prefix start, suffix end, extra chunks)
 
 
-def fim_prompt(model, prefix: str, suffix: str, *, middle: str = "",
+def fim_prompt(vocab, prefix: str, suffix: str, *, middle: str = "",
                extra: Sequence[tuple[str, str]] = (), budget: int | None = None) -> Fim:
-    """The FIM prompt for `model` (a llama.Model): text before the cursor
+    """The FIM prompt for `vocab` (a llama Model.vocab): text before the cursor
     (`prefix` + `middle`, the cursor line's start), text after it, and
     extra (filename, text) chunks.  `budget` caps the prompt's tokens:
     three quarters for the prefix (its end kept), a quarter for the suffix
     (its start kept), extra chunks in what is left (the latest kept)."""
-    sp = model.special_tokens()
-    tok = lambda text: model.tokenize(text, add_special=False) if text else []  # noqa: E731
-    bos = [sp["bos"]] if model.add_bos and sp["bos"] >= 0 else []
+    sp = vocab.special_tokens()
+    tok = lambda text: vocab.tokenize(text, add_special=False) if text else []  # noqa: E731
+    bos = [sp["bos"]] if vocab.add_bos and sp["bos"] >= 0 else []
     if min(sp["fim_pre"], sp["fim_suf"], sp["fim_mid"]) < 0:
         tokens = tok(prefix + middle) or tok("\n")
         truncated = budget is not None and len(bos) + len(tokens) > budget

@@ -22,17 +22,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..llama.backend import Detokenizer, Model, decode_seconds
 from ..errors import SpecError
-from .proposers import EMPTY, Proposal, Proposer
+from .proposers.base import EMPTY, Proposal, Proposer
+from .stops import StopMatcher
 from ..core.config import Decoding
-from ..core.sampling import SamplingConfig, choose, choose_rows, margin, probs as to_probs
+from ..core.sampling import SamplingConfig, choose_rows, margin, probs as to_probs
 from ..core.policy import CostModel, Policy
 from ..core.verify import verify, verify_choices
+
+if TYPE_CHECKING:
+    from ..llama.model import Model
 
 
 RULES = ("gumbel", "residual")
@@ -103,35 +106,6 @@ class Step:
     aside_s: float = 0.0   # spent on `margins` (bench's bookkeeping, not generation): no clock counts it
 
 
-class StopMatcher:
-    """Holds back text that may be the start of a stop string."""
-
-    def __init__(self, stops: Sequence[str]):
-        self.stops = [s for s in stops if s]
-        self._buf = ""
-
-    def feed(self, text: str) -> tuple[str, bool]:
-        self._buf += text
-        for s in self.stops:
-            i = self._buf.find(s)
-            if i >= 0:
-                out, self._buf = self._buf[:i], ""
-                return out, True
-        hold = 0
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(self._buf)), 0, -1):
-                if self._buf.endswith(s[:n]):
-                    hold = max(hold, n)
-                    break
-        out = self._buf[:len(self._buf) - hold]
-        self._buf = self._buf[len(self._buf) - hold:]
-        return out, False
-
-    def flush(self) -> str:
-        out, self._buf = self._buf, ""
-        return out
-
-
 @dataclass
 class Round:
     """What one `step` did."""
@@ -153,14 +127,15 @@ class Round:
 def step(target: Model, proposer: Proposer, policy: Policy | None, context: list[int], k: int,
          pick: Callable[[np.ndarray, list[int], Proposal], tuple[int, int]], clock=None) -> Round:
     """One speculative round after `context`, drafting at most k tokens."""
-    t0, d0 = time.perf_counter(), decode_seconds()
+    timer = target.timer  # llama.cpp's time, both models' (a pair shares one timer)
+    t0, d0 = time.perf_counter(), timer.seconds
     cands = proposer.candidates(context) if k > 0 else []                       # 1. what could draft,
     cand, k = policy.choose(cands, k) if policy else (cands[0] if cands else None, k)  # the policy decides,
     keep_going = ((lambda chain, source=None: policy.keep_going(source or cand.source, chain))
                   if policy and cand else None)
     prop = proposer.draft(context, cand, min(k, cand.limit), keep_going) if cand and k > 0 else EMPTY
     draft = prop.tokens[:k]                                                     # and the proposer drafts
-    t1, d1 = time.perf_counter(), decode_seconds()
+    t1, d1 = time.perf_counter(), timer.seconds
     alone = getattr(pick, "alone", None)
     if not draft and alone is not None:  # the target alone: its row read and its token chosen in one call
         logits, n_acc, token = None, 0, alone(target, context[-1])
@@ -168,7 +143,7 @@ def step(target: Model, proposer: Proposer, policy: Policy | None, context: list
         logits = target.decode([context[-1], *draft], logits_from=0, copy=False, candidates=True)  # 2. one pass
         n_acc, token = pick(logits, draft, prop)                                # 3.-4. accept, correct
     _rewind(target, len(context) + n_acc)                                       # 5. rewind
-    t2, d2 = time.perf_counter(), decode_seconds()
+    t2, d2 = time.perf_counter(), timer.seconds
     verify_s, draft_s = t2 - t1, t1 - t0
     host_draft, host_verify = max(draft_s - (d1 - d0), 0.0), max(verify_s - (d2 - d1), 0.0)
     steady_s = draft_s if prop.steady_s is None else prop.steady_s
@@ -218,17 +193,16 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
             margins = tuple(margin(rows[i], decoding.sampling, decoding.seed, out.produced + i)
                             for i in range(r.accepted + 1))
             aside_s = time.perf_counter() - t_aside
-        new, origin, text, segments, finish, margins, pieces = out.add([*r.draft[:r.accepted], r.token],
-                                                                      r.accepted, len(context), margins)
-        context = context + new
-        yield Step(tokens=tuple(new), from_draft=tuple(origin), text=text, segments=segments,
+        a = out.add([*r.draft[:r.accepted], r.token], r.accepted, len(context), margins)
+        context = context + a.tokens
+        yield Step(tokens=tuple(a.tokens), from_draft=tuple(a.origin), text=a.text, segments=a.segments,
                    drafted=len(r.draft), accepted=r.accepted, draft_s=r.draft_s,
                    verify_s=r.verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
-                   finish_reason=finish, margins=margins, source=r.source if r.draft else "none",
-                   host_s=r.host_s, host_draft_s=r.host_draft_s, stop_type=out.stop_type, pieces=pieces,
+                   finish_reason=a.finish, margins=a.margins, source=r.source if r.draft else "none",
+                   host_s=r.host_s, host_draft_s=r.host_draft_s, stop_type=out.stop_type, pieces=a.pieces,
                    aside_s=aside_s)
         prefill = (0, 0.0)
-        if finish is not None:
+        if a.finish is not None:
             return
 
 
@@ -256,9 +230,8 @@ def _rule(decoding: Decoding, out: "_Output"):
     sampling, seed, threads = decoding.sampling, decoding.seed, out.target.n_threads
     if sampling.greedy or decoding.rule == "gumbel":
         def pick(logits, draft, prop):
-            walked = choose_rows(logits, draft, sampling, seed, out.produced, threads)  # the kernel's, in one call
-            return verify_choices(draft, lambda i: walked[i] if i < len(walked)
-                                  else choose(logits[i], sampling, seed, out.produced + i))
+            walked = choose_rows(logits, draft, sampling, seed, out.produced, threads=threads)
+            return verify_choices(draft, walked.__getitem__)
         pick.alone = lambda target, last: target.decode_choose(last, sampling, seed, out.produced)[0]
     else:
         rng = np.random.default_rng(seed)
@@ -269,22 +242,39 @@ def _rule(decoding: Decoding, out: "_Output"):
     return pick
 
 
+@dataclass(frozen=True)
+class Added:
+    """What a round added to the output (_Output.add): its tokens, each one's
+    origin (drafted?), their text whole and by origin, the finish reason,
+    the margins kept, and each token's piece of text."""
+
+    tokens: list[int]
+    origin: list[bool]
+    text: str
+    segments: tuple[tuple[str, bool], ...]
+    finish: str | None
+    margins: tuple[float, ...]
+    pieces: tuple[str, ...]
+
+
 class _Output:
     """The tokens a round adds, turned into text: end-of-generation tokens,
     max tokens, stop strings and a full context end it."""
 
     def __init__(self, target: Model, cfg: GenConfig):
+        from ..llama.vocab import Detokenizer
+
         self.target, self.cfg = target, cfg
-        self.detok = Detokenizer(target)
+        self.detok = Detokenizer(target.vocab)
         self.stops = StopMatcher(cfg.stop)
         self.produced = 0
         self.stop_type: str | None = None
 
-    def add(self, new: list[int], n_draft: int, n_context: int, margins: tuple):
+    def add(self, new: list[int], n_draft: int, n_context: int, margins: tuple) -> Added:
         origin = [True] * n_draft + [False]
         finish = None
         for i, t in enumerate(new):
-            if self.target.is_eog(t):
+            if self.target.vocab.is_eog(t):
                 new, origin, finish, self.stop_type = new[:i], origin[:i], "stop", "eos"
                 margins = margins[:i + 1]
                 break
@@ -313,7 +303,7 @@ class _Output:
         if finish is not None and self.stop_type is None:
             self.stop_type = "limit"
         segments = tuple((p, o) for p, o in segments if p)
-        return new, origin, "".join(p for p, _ in segments), segments, finish, margins, tuple(pieces)
+        return Added(new, origin, "".join(p for p, _ in segments), segments, finish, margins, tuple(pieces))
 
 
 def _prefill(target: Model, prompt: list[int]) -> int:
@@ -343,7 +333,8 @@ def _policy(target: Model, proposer: Proposer, draft_max: int, clock=None) -> Po
 
     n = max(draft_max + 1, 17)
     if clock is not None:
-        return Policy(CostModel.from_timings(clock.timings(), n), k_max=draft_max, draft_s=proposer.cost_prior)
+        return Policy(CostModel.from_timings(clock.timings(), n), k_max=draft_max, draft_s=proposer.cost_prior,
+                      prior=proposer.acceptance_prior)
     if target.costs is None:
         target.costs = CostModel.from_timings(ensure(target), n)
-    return Policy(target.costs, k_max=draft_max, draft_s=proposer.cost_prior)
+    return Policy(target.costs, k_max=draft_max, draft_s=proposer.cost_prior, prior=proposer.acceptance_prior)

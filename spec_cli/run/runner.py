@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..llama.backend import LoadConfig, Model
-from ..errors import SpecError
-from .proposers import DraftModel, Hybrid, MTPDraft, NoDraft, Proposer
-from .suffix import Lookup
-from .config import PairConfig
+from typing import TYPE_CHECKING
 
-PROPOSERS = ("hybrid", "draft", "mtp", "ngram", "none")
-NEEDS_DRAFT = ("hybrid", "draft")
+from ..errors import SpecError
+from ..llama.config import LoadConfig
+from .config import PairConfig
+from .proposers.base import Proposer
+
+if TYPE_CHECKING:
+    from ..llama.model import Model
 
 
 @dataclass
@@ -40,26 +41,9 @@ class Pair:
         `store` (suffix.Store) the lookup drafts from earlier outputs too;
         with a simulated `clock` (clock.py) a draft model is priced by it.
         Sampling, seed and rule reach it with each generation (`prepare`)."""
-        name = name or self.config.proposer
-        if name not in PROPOSERS:
-            raise SpecError(f"unknown proposer {name!r}", hint=f"Choose one of: {', '.join(PROPOSERS)}.")
-        if name == "draft" and self.draft is None:
-            raise SpecError(f"proposer {name} needs a draft model", hint="Pass --draft NAME|PATH.")
-        if name == "mtp" and not self.mtp:
-            raise _no_mtp(self.target.path.name, in_file=self.target.mtp_layers > 0)
-        if name == "none":
-            return NoDraft()
-        if self.mtp and (name == "mtp" or (name == "hybrid" and self.draft is None)):
-            mtp = MTPDraft(self.target, p_min=self.config.p_min)
-            mtp.clock = clock
-            return mtp if name == "mtp" else Hybrid(Lookup(store=store), mtp)
-        # this machine's costs may say the draft can never pay; a simulated clock prices it instead
-        if name == "ngram" or self.draft is None or (name == "hybrid" and not self.draft_pays and clock is None):
-            return Lookup(store=store)  # hybrid without a draft model that could pay
-        assert self.draft is not None
-        draft = DraftModel(self.draft, p_min=self.config.p_min)
-        draft.clock = clock
-        return Hybrid(Lookup(store=store), draft) if name == "hybrid" else draft
+        from .proposers.registry import spec
+
+        return spec(name or self.config.proposer).build(self, store=store, clock=clock)
 
     @property
     def drafter(self) -> str | None:
@@ -78,7 +62,7 @@ class Pair:
             probe.remember(self.draft)
 
     def use(self, seq: int) -> None:
-        """Both models decode in sequence `seq` from now on (backend.Model.use)."""
+        """Both models decode in sequence `seq` from now on (llama.Model.use)."""
         self.target.use(seq)
         if self.draft is not None:
             self.draft.use(seq)
@@ -95,90 +79,118 @@ class Pair:
         self.target.close()
 
 
-def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int], None]] | None = None) -> Pair:
-    """Resolve names (downloading what is missing), load, check the pair."""
+@dataclass
+class Plan:
+    """What loading a pair will do, decided before anything heavy loads:
+    the files (downloaded as needed), how each model loads, whether the
+    target's MTP layers draft, and whether the draft model is loaded now,
+    after the target's first costs are known (`defer`), or not at all."""
+
+    target_path: Path
+    target_cfg: LoadConfig
+    draft_arg: str | None        # as given, or the registry's suggestion
+    draft_path: Path | None
+    draft_cfg: LoadConfig
+    use_mtp: bool
+    notes: list[str]
+    draft_pays: bool = True
+    defer: bool = False
+
+    def leave_out_if_unpaying(self, cfg: PairConfig) -> None:
+        """Where remembered costs say the draft model can never pay here,
+        hybrid is the lookup alone (and with draft_if_it_pays the draft is
+        not loaded).  Left out only once it is known to fit (else it loads,
+        and the pair check says why not)."""
+        from ..llama import probe
+        from ..llama.gguf import token_digest
+
+        unpaying = probe.draft_cannot_pay(self.target_path, self.target_cfg, self.draft_path, self.draft_cfg)
+        if unpaying and token_digest(self.target_path) == token_digest(self.draft_path) is not None:
+            self.draft_pays = False
+            if cfg.draft_if_it_pays:
+                self.notes.append(f"note: {self.draft_arg} is not loaded: {unpaying}; the lookup drafts alone "
+                                  "(--proposer draft runs it anyway)")
+                self.draft_path = None
+
+
+def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
+    """Resolve names (downloading what is missing) and decide how to load."""
+    from ..llama import cores, cpucheck, probe
+    from ..llama.gguf import mtp_layers
     from ..models.download import resolve
     from ..models.registry import load_registry
+    from .proposers import registry as proposers
 
-    if cfg.proposer not in PROPOSERS:
-        raise SpecError(f"unknown proposer {cfg.proposer!r}",
-                        hint=f"Choose one of: {', '.join(PROPOSERS)}.")
-    from ..llama.gguf import mtp_layers, token_digest
-
+    needs = proposers.spec(cfg.proposer).needs
+    wants_draft, may_mtp = needs in (proposers.DRAFT, proposers.DRAFT_OR_MTP), needs in (proposers.MTP,
+                                                                                         proposers.DRAFT_OR_MTP)
     registry = load_registry()
     draft_arg, no_draft = cfg.draft, None
-    if cfg.proposer in NEEDS_DRAFT and draft_arg is None:
+    if wants_draft and draft_arg is None:
         try:
             draft_arg = _suggested_draft(cfg.target, registry)
         except SpecError as e:
             no_draft = e  # unless the target drafts for itself
-            if cfg.proposer == "draft" or not _may_have_mtp(cfg.target, registry):
+            if not may_mtp or not _may_have_mtp(cfg.target, registry):
                 raise  # before anything is downloaded
-    target_path = resolve(cfg.target, registry=registry,
-                          progress=progress(cfg.target) if progress else None)
+    target_path = resolve(cfg.target, registry=registry, progress=progress(cfg.target) if progress else None)
     # the target's own multi-token-prediction layers draft where asked, and
     # by default where no draft model is given (no second file to fetch)
-    n_mtp = mtp_layers(target_path) if cfg.proposer in ("mtp", "hybrid") else 0
-    if cfg.proposer == "mtp" and not n_mtp:
-        raise _no_mtp(target_path.name)
+    n_mtp = mtp_layers(target_path) if may_mtp else 0
+    if needs == proposers.MTP and not n_mtp:
+        raise no_mtp(target_path.name)
     use_mtp = n_mtp > 0  # its layers are loaded (one block); bench may ask for "mtp" beside "hybrid"
     if use_mtp and cfg.draft is None:
         draft_arg = None  # the registry's draft is not needed
     elif no_draft is not None:
         raise no_draft
     draft_path = None
-    if draft_arg is not None and cfg.proposer in NEEDS_DRAFT:
-        draft_path = resolve(draft_arg, registry=registry,
-                             progress=progress(draft_arg) if progress else None)
-    from ..llama import cores, cpucheck, probe
-
+    if draft_arg is not None and wants_draft:
+        draft_path = resolve(draft_arg, registry=registry, progress=progress(draft_arg) if progress else None)
     verdict = cpucheck.verdict(min((p for p in (target_path, draft_path) if p is not None), key=_size))
-    target_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.gpu_layers,
-                            deterministic=cfg.deterministic, extra_bufts=verdict.bufts, n_seq=cfg.seqs,
-                            mtp=use_mtp)
+    common = dict(n_ctx=cfg.ctx, n_threads=cfg.threads, deterministic=cfg.deterministic,
+                  extra_bufts=verdict.bufts, n_seq=cfg.seqs)
     # the draft's numerics decide acceptance, never the output; the same
     # mode as the target's keeps a model drafting for itself always right
-    draft_cfg = LoadConfig(n_ctx=cfg.ctx, n_threads=cfg.threads, gpu_layers=cfg.draft_gpu_layers,
-                           deterministic=cfg.deterministic, extra_bufts=verdict.bufts, n_seq=cfg.seqs)
-    notes = [n for n in (verdict.note, cores.note(cfg.threads)) if n]
+    plan = Plan(target_path, LoadConfig(gpu_layers=cfg.gpu_layers, mtp=use_mtp, **common), draft_arg, draft_path,
+                LoadConfig(gpu_layers=cfg.draft_gpu_layers, **common), use_mtp,
+                [n for n in (verdict.note, cores.note(cfg.threads)) if n])
     if use_mtp and draft_arg is None:
-        notes.append(f"note: {target_path.name} drafts with its own multi-token-prediction layers "
-                     f"({n_mtp} block{'s' if n_mtp > 1 else ''}; no draft model)")
-    draft_pays, defer = True, False
-
-    def leave_out_if_unpaying() -> None:
-        nonlocal draft_pays, draft_path
-        unpaying = probe.draft_cannot_pay(target_path, target_cfg, draft_path, draft_cfg)
-        # left out only once it is known to fit (else it loads, and the pair check says why not)
-        if unpaying and token_digest(target_path) == token_digest(draft_path) is not None:
-            draft_pays = False
-            if cfg.draft_if_it_pays:
-                notes.append(f"note: {draft_arg} is not loaded: {unpaying}; the lookup drafts alone "
-                             "(--proposer draft runs it anyway)")
-                draft_path = None
-
+        plan.notes.append(f"note: {target_path.name} drafts with its own multi-token-prediction layers "
+                          f"({n_mtp} block{'s' if n_mtp > 1 else ''}; no draft model)")
     if draft_path is not None and cfg.proposer == "hybrid":
         # nothing known of this target here yet (a first run): the draft waits for
         # the target's first costs, which may show it could never pay, so that a
         # first run on a CPU does not pay for loading it beside the target
-        defer = cfg.draft_if_it_pays and probe.recall(target_path, target_cfg) is None
-        if not defer:
-            leave_out_if_unpaying()
-    target, draft, why = _load_both((target_path, target_cfg), None if defer else draft_path and (draft_path, draft_cfg))
+        plan.defer = cfg.draft_if_it_pays and probe.recall(target_path, plan.target_cfg) is None
+        if not plan.defer:
+            plan.leave_out_if_unpaying(cfg)
+    return plan
+
+
+def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int], None]] | None = None) -> Pair:
+    """Plan (resolve, download, decide), load, check the pair."""
+    from ..llama import probe
+    from ..llama.lib import DecodeTimer
+
+    plan = plan_pair(cfg, progress=progress)
+    timer = DecodeTimer()  # both models' decode time, for the host's share of a step
+    target, draft, why = _load_both(plan, timer, with_draft=not plan.defer)
 
     def refuse_unfitting() -> None:
         if why:
-            raise SpecError(f"{draft_arg} cannot draft for {cfg.target}: {why}",
-                            hint=_fitting_drafts_hint(cfg.target, registry))
+            from ..models.registry import load_registry
+            raise SpecError(f"{plan.draft_arg} cannot draft for {cfg.target}: {why}",
+                            hint=_fitting_drafts_hint(cfg.target, load_registry()))
 
     try:
         refuse_unfitting()
         probe.load(target)  # the cost model's prior: what earlier runs learned (timed briefly the first time)
-        if defer:
-            leave_out_if_unpaying()
-            if draft_path is not None:
-                draft, same_tokens = _load_draft(target_path, (draft_path, draft_cfg))
-                why = target.vocab_difference(draft, texts=not same_tokens)
+        if plan.defer:
+            plan.leave_out_if_unpaying(cfg)
+            if plan.draft_path is not None:
+                draft, same_tokens = _load_draft(plan, timer)
+                why = target.vocab.difference(draft.vocab, texts=not same_tokens)
                 refuse_unfitting()
         if draft is not None:
             probe.load(draft, like=target)  # the draft's cost per token
@@ -187,39 +199,42 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
         if draft is not None:
             draft.close()
         raise
-    return Pair(target, draft, cfg, draft_arg if draft is not None else None, notes, draft_pays,
-                mtp=use_mtp)
+    return Pair(target, draft, cfg, plan.draft_arg if draft is not None else None, plan.notes, plan.draft_pays,
+                mtp=plan.use_mtp)
 
 
-def _load_draft(target_path: Path, draft_args) -> tuple[Model, bool]:
+def _load_draft(plan: Plan, timer) -> tuple[Model, bool]:
     """The draft model, and whether its token array is byte for byte the target's."""
     from ..llama.gguf import token_digest
+    from ..llama.model import Model
 
-    draft = Model(*draft_args)
-    return draft, token_digest(target_path) == token_digest(draft_args[0]) is not None
+    draft = Model(plan.draft_path, plan.draft_cfg, timer=timer)
+    return draft, token_digest(plan.target_path) == token_digest(plan.draft_path) is not None
 
 
-def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None]:
+def _load_both(plan: Plan, timer, *, with_draft: bool) -> tuple[Model, Model | None, str | None]:
     """Load the target here and the draft in a thread beside it (llama.cpp
     releases the GIL while it loads), so the draft costs no wait of its
     own; the thread also compares the two files' token arrays.  Returns the
     models and why the draft cannot draft for the target (None: it can)."""
     import threading
 
-    if not draft_args:
-        return Model(*target_args), None, None
+    from ..llama.model import Model
+
+    if not (with_draft and plan.draft_path is not None):
+        return Model(plan.target_path, plan.target_cfg, timer=timer), None, None
     box: dict = {}
 
     def load_draft():
         try:
-            box["draft"], box["same_tokens"] = _load_draft(target_args[0], draft_args)
+            box["draft"], box["same_tokens"] = _load_draft(plan, timer)
         except BaseException as e:  # handed to the main thread
             box["error"] = e
 
     thread = threading.Thread(target=load_draft, name="spec-cli-draft-load", daemon=True)
     thread.start()
     try:
-        target = Model(*target_args)
+        target = Model(plan.target_path, plan.target_cfg, timer=timer)
     except BaseException:
         thread.join()
         if "draft" in box:
@@ -231,7 +246,7 @@ def _load_both(target_args, draft_args) -> tuple[Model, Model | None, str | None
         raise box["error"]
     draft = box["draft"]
     # byte-identical token arrays: only the cheap checks are left to llama.cpp
-    return target, draft, target.vocab_difference(draft, texts=not box["same_tokens"])
+    return target, draft, target.vocab.difference(draft.vocab, texts=not box["same_tokens"])
 
 
 def _entry(target: str, registry):
@@ -252,7 +267,7 @@ def _may_have_mtp(target: str, registry) -> bool:
     return entry is None or entry.mtp
 
 
-def _no_mtp(name: str, *, in_file: bool = False) -> SpecError:
+def no_mtp(name: str, *, in_file: bool = False) -> SpecError:
     """--proposer mtp on a file without such layers (or one loaded without them)."""
     if in_file:
         return SpecError(f"{name}'s multi-token-prediction layers were not loaded",
@@ -296,10 +311,10 @@ def prompt_tokens(target: Model, text: str, *, raw: bool, system: str | None = N
     """Raw text (BOS added as the model wants), or a user turn in the GGUF's
     own chat template."""
     if raw:
-        tokens = target.tokenize(text, add_special=True, parse_special=False)
+        tokens = target.vocab.tokenize(text, add_special=True, parse_special=False)
         if not tokens:
             raise SpecError("the prompt is empty")
         return tokens
     messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": text}]
-    return target.tokenize_chat(messages)
+    return target.vocab.tokenize_chat(messages)

@@ -189,10 +189,10 @@ class Worker:
         """(tokens, truncated, the field the prompt came from)."""
         target = self.pair.target
         if req.kind == "chat":
-            return target.tokenize_chat(req.messages), False, "messages"
+            return target.vocab.tokenize_chat(req.messages), False, "messages"
         if req.kind == "completion":
-            return target.tokenize(req.prompt, add_special=True, parse_special=False), False, "prompt"
-        fim = fim_prompt(target, req.input_prefix, req.input_suffix, middle=req.prompt,
+            return target.vocab.tokenize(req.prompt, add_special=True, parse_special=False), False, "prompt"
+        fim = fim_prompt(target.vocab, req.input_prefix, req.input_suffix, middle=req.prompt,
                          extra=req.input_extra, budget=budget)
         return fim.tokens, fim.truncated, "input_prefix"
 

@@ -34,13 +34,12 @@ draft: every draft is verified.)
 
 The package, by job: `index` (the suffix index), `store` (earlier
 outputs), `copy` (copies and their edits), `lookup` (the proposer),
-`timed` (the lookup against a reference text, for bench).
+`priors` (what the cost model expects of a lookup before seeing its drafts).
 """
 
 from .copy import Copy
 from .index import SuffixIndex, bucket
 from .lookup import Lookup
 from .store import Store
-from .timed import TimedLookup
 
-__all__ = ["Copy", "Lookup", "Store", "SuffixIndex", "TimedLookup", "bucket"]
+__all__ = ["Copy", "Lookup", "Store", "SuffixIndex", "bucket"]

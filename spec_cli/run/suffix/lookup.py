@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ...core.source import Source
-from ...llama.backend import common_prefix
-from ..proposers import Candidate, EMPTY, Proposal
+from ...core.tokens import common_prefix
+from ..proposers.base import Candidate, EMPTY, Proposal
 from .copy import MAX_COPIES, Copy, _edit_before
 from .index import DEPTH, SuffixIndex, bucket
+from .priors import lookup_prior
 from .store import Store
 
 ALPHA = 2.0        # most tokens offered per token of match
@@ -34,6 +35,7 @@ class Lookup:
 
     name = "ngram"
     cost_prior: dict[str, float] = {}
+    acceptance_prior = staticmethod(lookup_prior)
 
     def __init__(self, *, store: Store | None = None, depth: int = DEPTH, threshold: float = THRESHOLD,
                  alpha: float = ALPHA):

@@ -11,7 +11,7 @@ read the prompt) is the second figure.
 drafts at no cost, the most any proposer can gain here.  Each proposer's
 `ceiling_share` is its gain as a share of the oracle's.  `ngram-oracle`
 drafts the lookup's own proposals, each cut to what the target alone
-wrote: the lookup with perfect timing (suffix.TimedLookup), between the
+wrote: the lookup with perfect timing (references.TimedLookup), between the
 two -- what a better policy could still win, and what only better drafts
 could.
 
@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..core.stats import Stats
-from ..errors import SpecError
+from ...core.stats import Stats
+from ...errors import SpecError
+from ..proposers.registry import NAMES as USER_PROPOSERS
+from .references import NAMES as REFERENCES
 
-DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "bench.jsonl"
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "data" / "bench.jsonl"
 
 
 # Default numerics (measured over batches of 2-17 after 2-700 cached tokens,
@@ -51,7 +53,7 @@ DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "bench.jsonl
 # within NEAR_TIE: a divergence at a wider margin is not rounding.
 DELTA_MAX = 2.0
 NEAR_TIE = 1.0
-PROPOSERS = ("hybrid", "draft", "mtp", "ngram", "oracle", "ngram-oracle")
+PROPOSERS = tuple(n for n in USER_PROPOSERS if n != "none") + REFERENCES
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,7 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
     prompt too, before the target alone on every other prompt, and each set
     says how its generation speed compares with the peer's; `peer.rows`
     gets a line per file for the target alone's."""
-    from .runner import prompt_tokens
+    from ..runner import prompt_tokens
 
     seed = gen_base.seed or 0
     sets = []
@@ -265,12 +267,10 @@ def _vs_peer(runs: list["Run"], peer_runs: list) -> float:
     return statistics.median(ratios) if ratios else 0.0
 
 
-REFERENCES = ("oracle", "ngram-oracle")  # variants that draft from the target alone's text
 
 
 def _variant(pair, tokens, gen_base, v: "Variant", seed: int, base: "Run | None") -> "Run":
-    from .proposers import Oracle
-    from .suffix import TimedLookup
+    from .references import Oracle, TimedLookup
 
     cfg = dataclasses.replace(gen_base, adaptive=v.fixed is None, rule=v.rule,
                               draft_max=v.fixed if v.fixed is not None else gen_base.draft_max)
@@ -281,7 +281,7 @@ def _variant(pair, tokens, gen_base, v: "Variant", seed: int, base: "Run | None"
 
 
 def _one(pair, tokens, cfg, proposer) -> Run:
-    from .session import Session
+    from ..session import Session
 
     pair.reset()  # from nothing, as a user's request: both models read the prompt
     out = Session(pair, tokens, cfg, proposer).run()
@@ -311,7 +311,7 @@ def machine() -> dict:
     import os
     import platform
 
-    import llama_cpp
+    from ...llama.lib import version
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -321,11 +321,11 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    from ..core.sampling import kernel_note
+    from ...core.kernel import COMPILED
 
     return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(),
-            "python": platform.python_version(), "llama_cpp_python": llama_cpp.__version__,
-            "sampling": kernel_note()}
+            "python": platform.python_version(), "llama_cpp_python": version(),
+            "sampling": COMPILED.note()}
 
 
 def variants_from(proposers: Iterable[str], sweep: str | None, rules: Iterable[str] = ("gumbel",)) -> list[Variant]:

@@ -1,6 +1,6 @@
 """What a user waits for, whole processes timed side by side in one run:
 
-    python -m spec_cli.run.measure [--runs 5] [-n 64] [--cold] [--busy] [-- GENERATE OPTIONS]
+    python tools/measure.py [--runs 5] [-n 64] [--cold] [--busy] [-- GENERATE OPTIONS]
 
 runs `spec-cli generate -n N PROMPT` as a process, alternately with
 `--proposer none` (the target alone) and the default proposer, `--runs`

@@ -2,10 +2,10 @@
 its row -- where it is paid in a real run, with the model's weights in the
 caches -- by sampling setting, the compiled kernel against the numpy path:
 
-    python -m spec_cli.run.rowcost [--model NAME_OR_GGUF] [--runs 30]
+    python tools/rowcost.py [--model NAME_OR_GGUF] [--runs 30]
 
 Each run decodes one token (the same position again), then times
-`sampling.decide` on its row, once with the kernel and once without, in
+`sampling.choose` (with confidence) on its row, once with the kernel and once without, in
 turn, and the host's share of the decode itself (its time outside
 llama_decode); then the host's share of `Model.decode_choose`, a drafted
 token's decode and choice in one call ("one call": what a draft pays a
@@ -22,9 +22,10 @@ import statistics
 import sys
 import time
 
-from ..core import sampling
-from ..core.config import SamplingConfig
-from ..errors import SpecError
+from spec_cli.core import sampling
+from spec_cli.core.config import SamplingConfig
+from spec_cli.core.kernel import COMPILED, NUMPY
+from spec_cli.errors import SpecError
 
 SETTINGS = {
     "greedy": SamplingConfig(),
@@ -38,10 +39,9 @@ PROMPT = 'def merge_sorted(a, b):\n    """Merge two sorted lists into one sorted
 def measure(model, runs: int) -> tuple[dict[str, dict[str, list[float]]], list[float]]:
     """{setting: {"kernel" | "numpy" | "one call" | "rows, 1 thread" |
     "rows, N threads": [ms]}}, and the decode's host ms."""
-    from ..llama.backend import decode_seconds
-
-    kernel = sampling._fastpick
-    prompt = model.tokenize(PROMPT)
+    decode_seconds = lambda: model.timer.seconds  # noqa: E731
+    kernel = COMPILED if COMPILED.available else None
+    prompt = model.vocab.tokenize(PROMPT)
     model.reset()
     model.decode(prompt[:-1])
     wide = f"rows, {model.n_threads} threads"
@@ -56,11 +56,7 @@ def measure(model, runs: int) -> tuple[dict[str, dict[str, list[float]]], list[f
                 t0, d0 = time.perf_counter(), decode_seconds()
                 row = model.decode([prompt[-1]], logits_from=0, copy=False)[0]
                 t1, d1 = time.perf_counter(), decode_seconds()
-                sampling._fastpick = kernel if side == "kernel" else None
-                try:
-                    sampling.decide(row, cfg, 1, i)
-                finally:
-                    sampling._fastpick = kernel
+                sampling.choose(row, cfg, 1, i, confidence=True, kernel=COMPILED if side == "kernel" else NUMPY)
                 times[name][side].append((time.perf_counter() - t1) * 1e3)
                 host.append((t1 - t0 - (d1 - d0)) * 1e3)
             if kernel is None:
@@ -80,12 +76,12 @@ def _rows(model, prompt: list[int], cfg: SamplingConfig, i: int, into: dict[str,
     feed = prompt[start - 1:start + 16]
     model.truncate(start - 1)
     rows = model.decode(feed, logits_from=0)  # a copy: each row's choice, the draft that agrees throughout
-    draft = [sampling.choose(rows[j], cfg, 1, i + j) for j in range(len(feed) - 1)]
+    draft = [sampling.choose(rows[j], cfg, 1, i + j).token for j in range(len(feed) - 1)]
     for threads in (1, model.n_threads) if i % 2 == 0 else (model.n_threads, 1):
         model.truncate(start - 1)
         rows = model.decode(feed, logits_from=0, copy=False)
         t0 = time.perf_counter()
-        sampling.choose_rows(rows, draft, cfg, 1, i, threads)
+        sampling.choose_rows(rows, draft, cfg, 1, i, threads=threads)
         into["rows, 1 thread" if threads == 1 else f"rows, {threads} threads"].append((time.perf_counter() - t0) * 1e3)
 
 
@@ -94,19 +90,19 @@ def _fmt(ms: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m spec_cli.run.rowcost", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python tools/rowcost.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b", help="a registered name or a .gguf path")
     ap.add_argument("--runs", type=int, default=30)
     args = ap.parse_args(argv)
-    from ..llama.backend import LoadConfig, Model
-    from ..models.download import resolve
+    from spec_cli.llama.model import LoadConfig, Model
+    from spec_cli.models.download import resolve
 
     try:
         path = args.model if args.model.endswith(".gguf") else resolve(args.model)
         with Model(path, LoadConfig(n_ctx=512)) as model:
             times, host = measure(model, args.runs)
             print(f"{model.path.name}: {model.n_vocab} logits a row, {model.n_threads} threads, "
-                  f"kernel {'built' if sampling._fastpick else 'absent'}; ms, median (10th percentile)")
+                  f"kernel {'built' if COMPILED.available else 'absent'}; ms, median (10th percentile)")
     except SpecError as e:
         sys.exit(f"error: {e}")
     for name, t in times.items():

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import SpecError
-from ..llama import bufts
+from . import bufts
 
 PEERS = ("llama-cpp-python",)
 
@@ -34,9 +34,9 @@ class Peer:
         the same context, threads, GPU layers and CPU buffer types (the AMX
         check's verdict), and llama.cpp's own flash-attention choice, as
         spec-cli's context gets."""
-        import llama_cpp
+        from .lib import llama_cpp
 
-        cfg = target._cfg
+        cfg = target.config
         self.rows: list[dict] = []  # bench's line per prompt file (run/bench.py)
         try:
             with _as_spec_cli_loads(target):

@@ -1,6 +1,6 @@
 """What the warm server buys an editor, measured side by side in one run:
 
-    python -m spec_cli.serve.measure [--target NAME] [--draft NAME] [--json]
+    python tools/measure_serve.py [--target NAME] [--draft NAME] [--json]
 
 starts `spec-cli serve` on a free loopback port and measures, on ten
 one-line fill-in-the-middle requests of its own (a few lines of Python

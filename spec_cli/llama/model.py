@@ -1,0 +1,454 @@
+"""One GGUF file with one llama.cpp context: load, close, sequences,
+decode, rewind, catch up.
+
+The context holds one sequence, or several (`LoadConfig.n_seq`, each with
+a KV cache of its own: the server keeps editors apart from chats);
+`use(seq)` picks the one that decodes.  It tracks the tokens held in that
+sequence's KV cache (`tokens`), so callers can reuse a cached prefix and
+roll back rejected positions.  Logits are read only for the rows asked
+for, as numpy views: no `logits_all`, no n_ctx x n_vocab array.
+
+What the model holds beside: its vocabulary (`vocab`, vocab.py), a
+recurrent state's checkpoints (recurrent.py), the hidden-state tape and
+MTP block of a target that drafts for itself (mtp.py); what it is, for
+`models info` and the state files, is in facts.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..core import sampling
+from ..core.kernel import COMPILED, Kernel
+from ..core.sampling import Candidates
+from ..core.tokens import common_prefix
+from ..errors import SpecError
+from . import bufts, cores, facts
+from .batch import BatchViews, Samplers
+from .config import CANDIDATE_ROWS, LoadConfig
+from .lib import DecodeTimer, function_address, llama_cpp
+from .mtp import HiddenTape, MTPHead
+from .recurrent import Checkpoints
+from .vocab import Vocab
+
+try:  # llama_decode and the kernel's choice in one call (_decodepick.c); absent without a C compiler
+    from . import _decodepick
+except ImportError:  # pragma: no cover - a build without the kernel
+    _decodepick = None
+
+__all__ = ["Model", "LoadConfig", "ContextFull", "check_gguf", "common_prefix"]
+
+_GGUF_MAGIC = b"GGUF"
+
+
+class ContextFull(SpecError):
+    def __init__(self, need: int, n_ctx: int):
+        super().__init__(f"the context is full ({need} tokens needed, {n_ctx} available)",
+                         hint="Use a larger --ctx, or a shorter prompt.")
+        self.need, self.n_ctx = need, n_ctx
+
+
+def check_gguf(path: Path) -> None:
+    """Fail clearly on a missing or non-GGUF file before llama.cpp sees it."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise SpecError(f"cannot read model file {path}: {e.strerror}") from e
+    if magic != _GGUF_MAGIC:
+        raise SpecError(f"{path} is not a GGUF file",
+                        hint="spec-cli runs llama.cpp GGUF models; convert or download a .gguf.")
+
+
+class Model:
+    """A loaded GGUF with its context, batch and KV-cache bookkeeping.
+
+    `timer`: where decode time is counted (a pair shares one); a new one
+    by default."""
+
+    def __init__(self, path: str | Path, cfg: LoadConfig = LoadConfig(), *, timer: DecodeTimer | None = None):
+        self.path, self.config = Path(path), cfg
+        self.timer = timer or DecodeTimer()
+        self.note = None  # a line for the user about how the model was loaded
+        self.ptr = self._load_weights()
+        self.vocab = Vocab(self.ptr, self.path.name)
+        self.n_vocab = self.vocab.n_vocab
+        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.ptr)
+        # some layers keep a recurrent state (Mamba, RWKV; hybrids such as
+        # Qwen3.5, Granite 4.0-H, LFM2): a rewind cannot cut it, see truncate
+        self.recurrent = bool(llama_cpp.llama_model_is_recurrent(self.ptr)
+                              or llama_cpp.llama_model_is_hybrid(self.ptr))
+        self.replays = 0    # rewinds done by going back to a checkpoint and reading tokens again
+        self.rollbacks = 0  # rewinds of a recurrent state done by llama.cpp's own snapshots
+        self.n_threads = cores.threads(cfg.n_threads)
+        self.ctx = self._new_context()
+        self.n_ctx = llama_cpp.llama_n_ctx(self.ctx) // cfg.n_seq  # each sequence's
+        self.n_rs = int(llama_cpp.llama_n_rs_seq(self.ctx)) if self.recurrent else 0
+        self.n_batch = llama_cpp.llama_n_batch(self.ctx)  # llama.cpp may lower what was asked
+        self._mem = llama_cpp.llama_get_memory(self.ctx)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._fill = BatchViews(self._batch, self.n_batch)
+        self._ckpt = Checkpoints(self.ctx)
+        self._rows: dict[tuple[int, int], np.ndarray] = {}  # (address, rows) -> a view of llama.cpp's logits
+        self._entry: tuple | None = None  # what decode_choose hands the kernel: llama.cpp's functions, ctx, batch
+        self._unsure: set[int] = set()  # sequences whose caches may hold more than their tokens
+        self.mtp_layers = int(llama_cpp.llama_model_n_layer_nextn(self.ptr))
+        self.n_embd = int(llama_cpp.llama_model_n_embd(self.ptr))
+        # the hidden state at each position of each sequence, for MTPHead
+        self._tape = HiddenTape(self.ctx, self.n_ctx, self.n_embd) if cfg.mtp and self.mtp_layers else None
+        self._mtp_head: MTPHead | None = None
+        # rows as candidates: with candidates_k = k, decode(..., candidates=True)
+        # gives each row's k + CANDIDATE_SPARE most likely tokens, chosen by
+        # llama.cpp's top-k sampler inside its graph, instead of the whole
+        # row; None: whole rows always
+        self.candidates_k: int | None = None
+        # ...where the output layer runs on a GPU: there the graph's top-k is
+        # cheap and saves copying whole rows.  On a CPU it costs more than
+        # reading the rows (ggml sorts each row: measured +30-45 ms on a
+        # 17-row verify batch and +0.8-1.5 ms a token on 2 cores, against
+        # 0.2 ms of host time saved a row), so rows stay whole there
+        # unless this is set (the tests do, to check the path)
+        n_layer = int(llama_cpp.llama_model_n_layer(self.ptr))
+        self.device_top_k = bool(llama_cpp.llama_supports_gpu_offload()) and (
+            cfg.gpu_layers < 0 or cfg.gpu_layers > n_layer)
+        self._samplers = Samplers(self.ctx, cfg.n_seq)
+        self._seqs: list[list[int]] = [[] for _ in range(cfg.n_seq)]
+        self.seq = 0
+        self.tokens: list[int] = self._seqs[0]  # what the sequence's KV cache holds, position by position
+        # set by probe.py: seconds per batch of n tokens (the cost model's
+        # prior) and, when deterministic, the largest bitwise-exact batch
+        self.curve: dict[int, float] | None = None
+        self.verify_cap: int | None = None
+        self.costs = None  # the cost model learned on this model's steps (engine.py)
+
+    def _load_weights(self):
+        """The weights, in the buffer types decided for this CPU (cpucheck.py)."""
+        cfg = self.config
+        check_gguf(self.path)
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = cfg.gpu_layers if cfg.gpu_layers >= 0 else 1_000_000
+        mparams.load_mtp = cfg.mtp
+        self.bufts = cfg.extra_bufts
+        if self.bufts is None:
+            from .cpucheck import verdict
+            decided = verdict(self.path)
+            self.bufts, self.note = decided.bufts, decided.note
+        overrides = bufts.apply(mparams, self.bufts, self.path)
+        ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        del overrides
+        if not ptr:
+            raise SpecError(f"llama.cpp could not load {self.path}",
+                            hint="The file may be truncated or of an architecture this "
+                                 "llama.cpp build does not know; set SPEC_CLI_DEBUG=1 to see why.")
+        release_file_pages(self.path)
+        return ptr
+
+    def _new_context(self):
+        cfg = self.config
+        cparams = facts.context_params(cfg, cfg.n_batch, self.n_threads)
+        if self.recurrent:
+            cparams.n_rs_seq = cfg.rs_snapshots  # llama.cpp sets 0 where the architecture cannot
+        # a verify batch's rows with a backend sampler attached (candidates_k)
+        cparams.n_outputs_max_per_seq = CANDIDATE_ROWS
+        self.numerics = facts.numerics(cparams, self.bufts)
+        self.flash_attn_type = int(cparams.flash_attn_type)  # bench's peer loads with the same
+        ctx = llama_cpp.llama_init_from_model(self.ptr, cparams)
+        if not ctx:
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+            raise SpecError(f"llama.cpp could not create a context of {cfg.n_ctx} tokens "
+                            f"for {self.path.name}",
+                            hint="Try a smaller --ctx, or fewer GPU layers.")
+        return ctx
+
+    # -- lifecycle ---------------------------------------------------------
+    def close(self) -> None:
+        if getattr(self, "_mtp_head", None) is not None:
+            self._mtp_head.close()
+            self._mtp_head = None
+        if getattr(self, "ctx", None):
+            self._samplers.attach(None)
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = self._entry = None
+        if getattr(self, "ptr", None):
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- facts ---------------------------------------------------------------
+    @property
+    def deterministic(self) -> bool:
+        return self.config.deterministic
+
+    @property
+    def size_bytes(self) -> int:
+        return int(llama_cpp.llama_model_size(self.ptr))
+
+    def fingerprint(self) -> str:
+        """Identifies this file, build, placement and numerics, for caching
+        what the probe measured."""
+        return facts.fingerprint(self.path, self.config, self.numerics)
+
+    # -- sequences -------------------------------------------------------------
+    @property
+    def n_seq(self) -> int:
+        return len(self._seqs)
+
+    def use(self, seq: int) -> None:
+        """Decode, rewind and reset sequence `seq` from now on; each keeps its
+        own KV cache and `tokens`."""
+        self.seq = seq
+        self.tokens = self._seqs[seq]
+
+    # -- decoding ----------------------------------------------------------
+    def decode(self, tokens: Sequence[int], *, logits_from: int | None = None,
+               copy: bool = True, candidates: bool = False) -> np.ndarray | list[Candidates] | None:
+        """Append `tokens` to the KV cache at positions len(self.tokens)...
+
+        Returns float32 logits of shape (len(tokens) - logits_from, n_vocab)
+        for the rows from index `logits_from` on, or None when
+        `logits_from` is None.  Long inputs go in chunks of n_batch.
+        With copy=False (one chunk) the rows are a view of llama.cpp's own
+        buffer, valid until this model's next decode: a verify batch reads
+        a few of them, so none is copied.  With `candidates` and
+        `candidates_k` set, each row is a Candidates (sampling.py): its
+        candidates_k + CANDIDATE_SPARE most likely tokens only.
+        """
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("decode needs at least one token")
+        if len(self.tokens) + n > self.n_ctx:
+            raise ContextFull(len(self.tokens) + n, self.n_ctx)
+        out = None
+        for start in range(0, n, self.n_batch):
+            chunk = tokens[start:start + self.n_batch]
+            first = None if logits_from is None else max(logits_from - start, 0)
+            if first is not None and first >= len(chunk):
+                first = None
+            rows = self._decode_chunk(chunk, first, copy or n > self.n_batch, candidates)
+            if rows is not None:
+                out = rows if out is None else (out + rows if isinstance(rows, list)
+                                                else np.concatenate([out, rows]))
+        return out
+
+    def _decode_chunk(self, chunk: Sequence[int], first: int | None, copy: bool,
+                      candidates: bool = False) -> np.ndarray | list[Candidates] | None:
+        if first is not None:  # the samplers this read wants: whole rows, or candidates
+            k = (self.candidates_k if candidates and self.device_top_k and len(chunk) - first <= CANDIDATE_ROWS
+                 else None)
+            if k != self._samplers.k:
+                self._attach(k)
+        pos0 = self._settled()
+        m = len(chunk)
+        if self.recurrent and m - 1 > self.n_rs:  # llama.cpp's own snapshots cannot undo this batch
+            self._ckpt.save(self.seq, pos0)
+        self._fill.set(chunk, pos0, self.seq, first)
+        t0 = time.perf_counter()
+        self._unsure.add(self.seq)  # until its tokens are counted in self.tokens
+        rc = llama_cpp.llama_decode(self.ctx, self._batch)
+        if first is not None:
+            ptr = llama_cpp.llama_get_logits(self.ctx)  # waits for the device's work to end
+        self.timer.seconds += time.perf_counter() - t0
+        if rc != 0:
+            raise self._failed(rc)
+        self.tokens.extend(chunk)
+        self._unsure.discard(self.seq)
+        if self._tape is not None:
+            self._tape.keep(self.seq, pos0, m)
+        if first is None:
+            return None
+        n_rows = m - first
+        if self._samplers.k is not None:
+            return [self._samplers.candidates(first + i, copy, self.path.name) for i in range(n_rows)]
+        rows = self._logits(ptr, n_rows)
+        return rows.copy() if copy else rows
+
+    def decode_choose(self, token: int, cfg: sampling.SamplingConfig, seed: int, pos: int,
+                      confidence: bool = False, *, kernel: Kernel = COMPILED) -> tuple[int, float]:
+        """Append `token` and choose the next one from its row: `decode([token],
+        logits_from=0)`, then `sampling.choose` at output position `pos`.
+        Where the compiled kernel is there and the row comes whole, both
+        happen in one call to it (_decodepick.c): right after a decode each
+        Python step costs the host several us (its caches hold the weights),
+        ~0.1 ms a drafted token between llama.cpp's logits and the choice."""
+        if (_decodepick is None or not kernel.available or self._tape is not None
+                or (self.candidates_k is not None and self.device_top_k)):
+            row = self.decode([token], logits_from=0, copy=False, candidates=True)[0]
+            return sampling.choose(row, cfg, seed, pos, confidence=confidence, kernel=kernel)
+        if len(self.tokens) + 1 > self.n_ctx:
+            raise ContextFull(len(self.tokens) + 1, self.n_ctx)
+        if self._samplers.k is not None:
+            self._attach(None)
+        pos0 = self._settled()
+        if self._fill.seq != self.seq:
+            self._fill.set([token], pos0, self.seq, 0)  # the batch's slots name this sequence
+        if self._entry is None:
+            self._entry = (function_address("llama_decode"), function_address("llama_get_logits"),
+                           ctypes.cast(self.ctx, ctypes.c_void_p).value, ctypes.addressof(self._batch), self.n_vocab)
+        self._unsure.add(self.seq)
+        rc, spent, chosen, conf = _decodepick.decode_choose(
+            *self._entry, token, pos0, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, seed & sampling.MASK,
+            pos, sampling.HEAD_CAP, confidence)
+        self.timer.seconds += spent
+        if rc != 0:
+            raise self._failed(rc)
+        self.tokens.append(token)
+        self._unsure.discard(self.seq)
+        if chosen == -2:
+            raise MemoryError("no memory for a token's candidates")
+        if chosen >= 0:
+            return chosen, conf if confidence else 1.0
+        row = self.last_rows(1)[0]  # numpy's to decide (a NaN, a wide q)
+        return sampling.choose(row, cfg, seed, pos, confidence=confidence, kernel=kernel)
+
+    def _settled(self) -> int:
+        """The next position, the cache made to hold exactly `tokens` first:
+        anything a decode cut short by Ctrl-C may have left behind goes."""
+        pos0 = len(self.tokens)
+        if self.seq in self._unsure:
+            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, pos0, -1)
+        return pos0
+
+    def _failed(self, rc: int) -> SpecError:
+        return SpecError(f"llama_decode failed with code {rc} for {self.path.name}",
+                         hint="The context may be full; try a larger --ctx.")
+
+    def last_rows(self, n_rows: int) -> np.ndarray:
+        """The logits rows the last decode asked for, whole rows (not
+        candidates), as a view of llama.cpp's buffer: valid until the next
+        decode."""
+        return self._logits(llama_cpp.llama_get_logits(self.ctx), n_rows)
+
+    def _logits(self, ptr, n_rows: int) -> np.ndarray:
+        """llama.cpp's logits buffer as n_rows rows, a view made once per
+        address and shape: right after a decode, making one costs the host
+        ~0.1 ms (its caches hold the weights), looking it up a few us."""
+        key = (ctypes.cast(ptr, ctypes.c_void_p).value, n_rows)
+        rows = self._rows.get(key)
+        if rows is None:
+            if len(self._rows) >= 64:  # the buffer moved (llama.cpp grew it): forget the old views
+                self._rows.clear()
+            rows = np.ctypeslib.as_array(ptr, shape=(n_rows * self.n_vocab,)).reshape(n_rows, self.n_vocab)
+            self._rows[key] = rows
+        return rows
+
+    def _attach(self, k: int | None) -> None:
+        """Top-k samplers in llama.cpp's graph (None: whole rows).  Where the
+        backend cannot run them, rows stay whole (candidates_k is cleared)."""
+        if not self._samplers.attach(k):
+            self.candidates_k = None
+
+    # -- the target's own MTP block ------------------------------------------
+    def hidden(self, start: int, end: int) -> np.ndarray:
+        """The hidden states (what the LM head reads) at positions
+        start..end-1 of the sequence in use, kept where the model was loaded
+        with LoadConfig.mtp; a view, valid until the next decode there."""
+        if self._tape is None:
+            raise ValueError("hidden states are kept only for a model loaded with LoadConfig(mtp=True)")
+        assert 0 <= start <= end <= len(self.tokens)
+        return self._tape.read(self.seq, start, end)
+
+    def mtp_head(self) -> MTPHead:
+        """The file's multi-token-prediction block, in a context of its own
+        (made once)."""
+        if self._mtp_head is None:
+            if self._tape is None:  # the pair's loader says so to the user (runner.no_mtp)
+                raise ValueError("an MTP block needs a model with NextN layers loaded with LoadConfig(mtp=True)")
+            self._mtp_head = MTPHead(self)
+        return self._mtp_head
+
+    # -- rewinding -----------------------------------------------------------
+    def truncate(self, n: int) -> None:
+        """Drop KV entries from position n on.  A recurrent state cannot be
+        cut: llama.cpp rolls it back to one of its snapshots where the
+        architecture keeps them (n_rs, once per decode), else it refuses,
+        and the refusal is never ignored: the model goes back to the state
+        it saved before its last batch of several tokens and reads the
+        tokens up to n again, or, before that checkpoint, reads them all
+        again."""
+        if n >= len(self.tokens):
+            return
+        at = self._ckpt.usable(self.seq, n)
+        if llama_cpp.llama_memory_seq_rm(self._mem, self.seq, n, -1):
+            del self.tokens[n:]
+            self.rollbacks += self.recurrent
+            return
+        if not self.recurrent:
+            raise SpecError(f"llama.cpp could not rewind {self.path.name} to position {n}")
+        self.replays += 1
+        if at is not None and self._ckpt.restore(self.seq) \
+                and llama_cpp.llama_memory_seq_rm(self._mem, self.seq, at, -1):
+            again = self.tokens[at:n]
+            del self.tokens[at:]
+        else:
+            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, -1, -1)  # the whole sequence always goes
+            again = self.tokens[:n]
+            self.tokens.clear()
+        if again:
+            self.decode(again)
+
+    def reset(self) -> None:
+        """Empty this sequence's KV cache (the others keep theirs)."""
+        if self.n_seq == 1:
+            llama_cpp.llama_memory_clear(self._mem, True)
+        else:
+            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, -1, -1)
+        self.tokens.clear()
+        self._ckpt.drop(self.seq)
+
+    def catch_up(self, tokens: Sequence[int], *, logits_last: bool = False,
+                 copy: bool = True, candidates: bool = False) -> int | np.ndarray | Candidates:
+        """Make the KV cache hold exactly `tokens`, evaluating only what is
+        not cached yet (the one rewind-and-extend helper).  Returns how many
+        tokens were evaluated, or with `logits_last` the last token's logits
+        (that token is then always evaluated)."""
+        keep = common_prefix(self.tokens, tokens)
+        if logits_last:
+            keep = min(keep, len(tokens) - 1)
+        self.truncate(keep)
+        if len(tokens) > keep:
+            rows = self.decode(list(tokens[keep:]), logits_from=len(tokens) - keep - 1 if logits_last else None,
+                               copy=copy, candidates=candidates)
+            if logits_last:
+                return rows[0]
+        return len(tokens) - keep
+
+
+def release_file_pages(path: Path) -> None:
+    """Drop this process's resident pages of a memory-mapped model file.
+
+    Weights that llama.cpp repacks for the CPU (or copies to a GPU) are
+    read through the mapping and then live in a buffer of their own; the
+    mapping's pages would stay resident too, holding those weights twice.
+    MADV_DONTNEED on a read-only file mapping only unmaps: what is still
+    used from the file faults back in from the page cache, the rest is no
+    longer counted.  Linux only; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/self/maps") as f:
+            spans = [line.split(None, 1)[0] for line in f if line.rstrip("\n").endswith(" " + real)]
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    for span in spans:
+        lo, hi = (int(x, 16) for x in span.split("-"))
+        libc.madvise(lo, hi - lo, 4)  # MADV_DONTNEED

@@ -1,0 +1,30 @@
+"""What the cost model expects of a lookup draft before it has seen any
+(Lookup.acceptance_prior), by where it matched and how long."""
+
+from __future__ import annotations
+
+from ...core.source import Source
+
+# A lookup's first token, by how long its match was (suffix.bucket): a
+# context seen once with one continuation ("prompt4"), one seen more often
+# whose most frequent continuation drafts ("prompt-multi4"), or a copy the
+# output has followed for that many tokens ("prompt-run4").  Once a first
+# token holds, the copy mostly goes on: later tokens start from LATER.
+FIRST = {"": {1: 0.35, 2: 0.5, 3: 0.65, 4: 0.75, 8: 0.95, 16: 0.98},
+         "multi": {1: 0.12, 2: 0.3, 3: 0.6, 4: 0.7, 8: 0.9, 16: 0.95},
+         "run": {1: 0.5, 2: 0.65, 3: 0.8, 4: 0.85, 8: 0.88, 16: 0.97}}
+LATER = (0.75, 0.82, 0.82, 0.92)   # tokens 2, 3, 4, and 5 on
+OUTPUT = 0.6   # the output repeats itself less surely than it copies its prompt
+
+
+def lookup_prior(source: str, n: int) -> list[float]:
+    """Acceptance chances for draft positions 1..n before anything is seen."""
+    src = Source.of(source)
+    if not src.is_lookup:
+        return [0.7] * n
+    first = FIRST.get(src.kind, FIRST[""]).get(src.matched, 0.7)
+    later = [LATER[min(i, len(LATER) - 1)] for i in range(n - 1)]
+    if src.kind == "run":
+        later = [max(first, x) for x in later]
+    rates = [first] + later
+    return [r * OUTPUT if src.origin == "output" else r for r in rates][:n]
