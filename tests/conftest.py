@@ -19,12 +19,48 @@ PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 FAULT_DIR = Path(__file__).resolve().parent / "fault"  # the stand-in for a faulting build (fault/sitecustomize.py)
 
 
+# -- the unit tier: `python -m pytest -m unit` --------------------------------
+# The tests of pure logic (sampling, rules, policy, suffix index, registry,
+# config, API parsing, access checks, stop strings, the CLI's refusals) in
+# these modules, less any that needs a model file: they run in seconds, and
+# with llama.cpp out of reach altogether (the tier blocks `llama_cpp`, here
+# and in the processes the tests start), so a test that needs it fails there.
+UNIT_MODULES = {"test_pure_logic", "test_policy", "test_verify", "test_registry", "test_editor", "test_mirror",
+                "test_hub", "test_cli", "test_clock", "test_sampling", "test_cores", "test_bench", "test_cpucheck"}
+MODEL_FIXTURES = {"smollm_path", "target_path", "draft_path"}  # every model fixture starts from one
+# (a test of those modules that needs llama.cpp but no model is marked `llama`)
+
+
+def _unit_only(config) -> bool:
+    return (config.getoption("markexpr", "") or "").strip() == "unit"
+
+
 def pytest_configure(config):
     """Probe results go to a state directory of this test session, never the
     user's (the model files stay in the shared download cache)."""
+    import sys
     import tempfile
     os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="spec-cli-test-state-")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(FAULT_DIR), os.environ.get("PYTHONPATH")) if p)
+    if _unit_only(config):
+        os.environ["SPEC_CLI_TEST_NO_LLAMA"] = "1"  # `import llama_cpp` fails in the processes tests start...
+        sys.path.insert(0, str(FAULT_DIR))
+        from sitecustomize import _NoLlama
+        sys.meta_path.insert(0, _NoLlama)  # ...and in this one
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The unit tier does not even import the other test modules."""
+    if _unit_only(config) and collection_path.suffix == ".py" and collection_path.stem.startswith("test_"):
+        return collection_path.stem not in UNIT_MODULES
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if (item.module.__name__ in UNIT_MODULES and not MODEL_FIXTURES & set(item.fixturenames)
+                and item.get_closest_marker("llama") is None):
+            item.add_marker(pytest.mark.unit)
 
 
 def load_jsonl(path: Path) -> list[dict]:

@@ -70,11 +70,13 @@ def test_prompt_from_stdin(smollm_path, spec_env):
     assert json.loads(res.stdout)["tokens"]
 
 
+@pytest.mark.llama
 def test_missing_model_file(spec_env, tmp_path):
     res = spec("generate", "--target", str(tmp_path / "nope.gguf"), "--proposer", "none", "hi", env=spec_env)
     assert_clean_error(res, "not found")
 
 
+@pytest.mark.llama
 def test_not_a_gguf_file(spec_env, tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"this is not a model")
@@ -95,6 +97,7 @@ def test_incompatible_pair_is_refused(smollm_path, draft_path, spec_env):
     assert_clean_error(res, "cannot draft for smollm2-135m", "vocabulary")
 
 
+@pytest.mark.llama
 def test_unknown_model_suggests_names(spec_env):
     res = spec("generate", "--target", "qwen2.5-coder-1.5", "--proposer", "none", "hi", env=spec_env)
     assert_clean_error(res, "unknown model", "qwen2.5-coder-1.5b")

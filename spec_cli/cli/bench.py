@@ -72,8 +72,9 @@ def bench(
         raise SpecError("nothing to compare: give a --proposer other than none")
     needs_draft = any(v.proposer in ("hybrid", "draft") for v in variants)
     base = "hybrid" if needs_draft else "mtp" if any(v.proposer == "mtp" for v in variants) else "ngram"
-    pair = load(PairConfig(target, draft, base, ctx, threads, gpu_layers,
-                           draft_gpu_layers, deterministic=deterministic, draft_if_it_pays=False), quiet=as_json)
+    pair = load(PairConfig(target=target, draft=draft, proposer=base, ctx=ctx, threads=threads,
+                           gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic,
+                           draft_if_it_pays=False), quiet=as_json)
     runner = None
     try:
         runner = Peer(pair.target) if peer else None

@@ -36,8 +36,9 @@ def chat(
 
     gen = GenConfig(sampling=sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
                     adaptive=not fixed_draft, seed=seed_or_new(seed), rule=rule)
-    pair = load(PairConfig(target, draft, proposer, ctx, threads, gpu_layers, draft_gpu_layers, p_min,
-                           deterministic, rule), quiet=quiet)
+    pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
+                           gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min,
+                           deterministic=deterministic), quiet=quiet, rule=rule)
     interactive = render.is_tty(sys.stdin)
     if interactive:
         _setup_history()

@@ -18,6 +18,7 @@ import typer
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingConfig
 from ..errors import SpecError
 from ..run.config import PairConfig
+from ..run.proposers.registry import cli_help as proposer_help
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 
@@ -26,10 +27,7 @@ DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 Target = Annotated[str, typer.Option("--target", "-t", help="Target model: name, name:QUANT or .gguf path.")]
 Draft = Annotated[Optional[str], typer.Option("--draft", "-d",
                                               help="Draft model (default: the target's suggested draft).")]
-ProposerName = Annotated[str, typer.Option("--proposer", help="hybrid (n-gram lookup, else the draft model, or "
-                                                              "the target's own MTP layers where its GGUF has them "
-                                                              "and no --draft is given) | draft | mtp | ngram | "
-                                                              "none (the target alone).")]
+ProposerName = Annotated[str, typer.Option("--proposer", help=proposer_help())]
 Fixed = Annotated[bool, typer.Option("--fixed-draft",
                                      help="Always draft --draft-max tokens (no cost model; for comparisons).")]
 Temp = Annotated[float, typer.Option("--temp", min=0.0, help="Temperature; 0 is greedy.")]
@@ -63,12 +61,13 @@ Json = Annotated[bool, typer.Option("--json", help="Print one JSON object instea
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens to generate.")]
 
 
-def load(cfg: PairConfig, *, quiet: bool):
-    """Resolve (downloading with progress on stderr), load and check the pair."""
+def load(cfg: PairConfig, *, quiet: bool, rule: str = "gumbel"):
+    """Resolve (downloading with progress on stderr), load and check the
+    pair; the acceptance `rule` the command will use is checked first."""
     from ..run.runner import load_pair
     from ..term import render
 
-    check_rule(cfg.rule)
+    check_rule(rule)
     with render.download_progress(enabled=not quiet) as progress:
         pair = load_pair(cfg, progress=progress)
     for line in pair.notes if not quiet else ():

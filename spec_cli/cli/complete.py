@@ -66,8 +66,8 @@ def complete(
     else:
         completion, finish, stats = _complete_here(
             prefix, after, EditorStops(n_indent=indent, suffix=after, t_max_predict_ms=t_max_predict_ms, max_lines=max_lines),
-            PairConfig(target, draft, proposer, ctx, threads, gpu_layers, draft_gpu_layers,
-                       deterministic=deterministic, rule=rule),
+            PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
+                       gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic), rule,
             sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
             adaptive=not fixed_draft, seed=seed_or_new(seed), quiet=quiet or as_json)
     if max_lines:
@@ -82,8 +82,8 @@ def complete(
         raise typer.Exit(130)
 
 
-def _complete_here(prefix: str, after: str, stops, cfg: PairConfig, samp, *, max_tokens: int, draft_max: int,
-                   adaptive: bool, seed: int, quiet: bool) -> tuple[str, str | None, dict]:
+def _complete_here(prefix: str, after: str, stops, cfg: PairConfig, rule: str, samp, *, max_tokens: int,
+                   draft_max: int, adaptive: bool, seed: int, quiet: bool) -> tuple[str, str | None, dict]:
     """Load the pair in this process and complete."""
     from ..run.editor import fim_prompt
     from ..run.engine import GenConfig
@@ -91,8 +91,8 @@ def _complete_here(prefix: str, after: str, stops, cfg: PairConfig, samp, *, max
     from ..term import render
 
     gen = GenConfig(sampling=samp, max_tokens=max_tokens, draft_max=draft_max, adaptive=adaptive, seed=seed,
-                    rule=cfg.rule)
-    pair = load(cfg, quiet=quiet)
+                    rule=rule)
+    pair = load(cfg, quiet=quiet, rule=rule)
     try:
         fim = fim_prompt(pair.target.vocab, prefix, after)
         if not fim.fim and not quiet:

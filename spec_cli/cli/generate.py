@@ -47,8 +47,9 @@ def generate(
     seed = seed_or_new(seed)
     gen = GenConfig(sampling=sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
                     adaptive=not fixed_draft, stop=tuple(stop), seed=seed, rule=rule)
-    pair = load(PairConfig(target, draft, proposer, ctx, threads, gpu_layers, draft_gpu_layers, p_min,
-                           deterministic, rule), quiet=quiet or as_json)
+    pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
+                           gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min,
+                           deterministic=deterministic), quiet=quiet or as_json, rule=rule)
     try:
         display = Display.decide(quiet=quiet, as_json=as_json)
         coloured_at_end = out_file is None and display.stdout_tty

@@ -67,10 +67,11 @@ def serve(
         render.note(f"warning: listening on {host}: anyone who can reach this machine can use the models"
                     + ("" if api_key else " (no --api-key set)"))
     _check_port(host, port)
-    pair = load(PairConfig(target, draft, proposer, ctx, threads, gpu_layers, draft_gpu_layers, p_min,
-                           deterministic, rule, seqs=2 if editor_seq else 1), quiet=quiet)
+    pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
+                           gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min,
+                           deterministic=deterministic, seqs=2 if editor_seq else 1), quiet=quiet, rule=rule)
     name = os.path.basename(target)[:-5] if target.endswith(".gguf") else target
-    worker = Worker(pair, ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft))
+    worker = Worker(pair, ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft, rule=rule))
     try:
         from ..serve.access import Access, Protocol
 

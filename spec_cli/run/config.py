@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PairConfig:
     target: str
     draft: str | None = None
@@ -17,7 +17,6 @@ class PairConfig:
     draft_gpu_layers: int = 0
     p_min: float = 0.0
     deterministic: bool = False  # the target's numerics: see llama.config.LoadConfig
-    rule: str = "gumbel"         # see engine.GenConfig
     # hybrid drafts from the lookup alone where remembered costs say the draft
     # model can never pay here; True: it is then not even loaded (bench loads
     # it, for `--proposer draft`)

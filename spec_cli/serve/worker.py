@@ -44,6 +44,7 @@ class ServeConfig:
     queue: int = 16            # requests waiting behind the running one
     draft_max: int = 16
     adaptive: bool = True
+    rule: str = "gumbel"       # the acceptance rule (engine.GenConfig.rule)
     store_tokens: int = 1 << 16   # earlier outputs kept for the lookup (suffix.Store)
 
 
@@ -215,7 +216,7 @@ class Worker:
             job.emit("done", self._prefill_only(pair, tokens))
             return
         gen = GenConfig(sampling=sampling, max_tokens=req.max_tokens or n_ctx, draft_max=self.cfg.draft_max,
-                        stop=req.stop, seed=seed, adaptive=self.cfg.adaptive, rule=pair.config.rule)
+                        stop=req.stop, seed=seed, adaptive=self.cfg.adaptive, rule=self.cfg.rule)
         stops = (EditorStops(n_indent=req.n_indent, suffix=req.input_suffix, t_max_predict_ms=req.t_max_predict_ms)
                  if req.kind == "infill" else None)
         session = Session(pair, tokens, gen, pair.new_proposer(store=self.store),
