@@ -37,18 +37,39 @@ class _Gone(Exception):
 
 def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MAX_BODY,
                read_s: float = READ_S) -> Starlette:
-    key = api_key.encode() if api_key else None
+    """The routes over `worker`, with the API key, body limit and read
+    timeout given."""
+    r = _Routes(worker, api_key.encode() if api_key else None, max_body, read_s)
+    chat, completion, infill = r.endpoint(parse_chat), r.endpoint(parse_completion), r.endpoint(parse_infill)
+    routes = [
+        Route("/health", r.health), Route("/v1/health", r.health),
+        Route("/v1/models", r.models), Route("/models", r.models),
+        Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
+        Route("/infill", infill, methods=["POST"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={ApiError: _api_error, HTTPException: _http_error,
+                                                        Exception: _internal_error})
 
-    def guard(request: HttpRequest) -> None:
-        if key is None:
+
+class _Routes:
+    """What each route does, over one worker."""
+
+    def __init__(self, worker: Worker, key: bytes | None, max_body: int, read_s: float):
+        self.worker, self.key, self.max_body, self.read_s = worker, key, max_body, read_s
+
+    def guard(self, request: HttpRequest) -> None:
+        if self.key is None:
             return
         given = request.headers.get("authorization", "")
         scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.key):
             raise ApiError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
                            kind="authentication_error", headers={"WWW-Authenticate": "Bearer"})
 
-    async def read_json(request: HttpRequest):
+    async def read_body(self, request: HttpRequest) -> bytes:
+        """The whole body, within the size limit and the read timeouts."""
+        max_body, read_s = self.max_body, self.read_s
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > max_body:
             raise ApiError(413, f"the request body is over {max_body} bytes")
@@ -68,106 +89,109 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
             if size > max_body:
                 raise ApiError(413, f"the request body is over {max_body} bytes")
             body.append(chunk)
-        try:
-            obj = json.loads(b"".join(body))
-            # a lone surrogate ("\\ud800") is valid JSON but no text: refused here, before anything tokenizes it
-            json.dumps(obj, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:  # before ValueError, its base
-            raise ApiError(400, "the request body holds a lone surrogate (\\ud800-\\udfff without its pair): "
-                                "not valid Unicode text") from None
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ApiError(400, f"the request body is not valid JSON: {str(e)[:200]}") from None
-        except RecursionError:
-            raise ApiError(400, "the request body is nested too deeply") from None
-        return obj
+        return b"".join(body)
 
-    async def next_event(job: Job, gone: asyncio.Future):
-        """The job's next event; _Gone as soon as the client disconnects."""
-        get = asyncio.ensure_future(job.events.get())
-        done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-        if get in done:
-            return get.result()
-        get.cancel()
-        raise _Gone()
-
-    def endpoint(parse: Callable[[object], Request]):
+    def endpoint(self, parse: Callable[[object], Request]):
         async def handle(request: HttpRequest) -> Response:
-            guard(request)
-            worker.admit()  # a full queue says so before the body is read
+            self.guard(request)
+            self.worker.admit()  # a full queue says so before the body is read
             try:
-                body = await read_json(request)
+                body = _json(await self.read_body(request))
             except ClientDisconnect:
                 log.info("a client left while sending its request body")
                 return Response(status_code=499)
-            job = Job(parse(body), asyncio.get_running_loop())
-            worker.submit(job)
-            gone = asyncio.ensure_future(_disconnected(request))
-            try:
-                kind, payload = await next_event(job, gone)  # queued, then started (or refused)
-                if kind == "error":
-                    raise payload
-                reply: Reply = payload
-                if job.req.stream:
-                    gone.cancel()  # the streaming response listens for the disconnect itself
-                    return StreamingResponse(_events(job, reply), media_type="text/event-stream",
-                                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-                while True:
-                    kind, payload = await next_event(job, gone)
-                    if kind == "error":
-                        raise payload
-                    if kind == "done":
-                        session = payload
-                        return JSONResponse(reply.full(session.text, session.finish, session.stats,
-                                                       session.stop_type))
-            except _Gone:
-                worker.withdraw(job)
-                return Response(status_code=499)
-            except BaseException:
-                worker.withdraw(job)
-                raise
-            finally:
-                gone.cancel()
+            return await self.serve(request, Job(parse(body), asyncio.get_running_loop()))
         return handle
 
-    async def health(request: HttpRequest) -> Response:
-        return JSONResponse({"status": "ok", "busy": worker.running is not None, "waiting": worker.waiting,
-                             "served": worker.served})
+    async def serve(self, request: HttpRequest, job: Job) -> Response:
+        """Queue `job`, then stream its events or answer once it is done."""
+        worker = self.worker
+        worker.submit(job)
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            kind, payload = await _next_event(job, gone)  # queued, then started (or refused)
+            if kind == "error":
+                raise payload
+            reply: Reply = payload
+            if job.req.stream:
+                gone.cancel()  # the streaming response listens for the disconnect itself
+                return StreamingResponse(_events(job, reply), media_type="text/event-stream",
+                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            while True:
+                kind, payload = await _next_event(job, gone)
+                if kind == "error":
+                    raise payload
+                if kind == "done":
+                    session = payload
+                    return JSONResponse(reply.full(session.text, session.finish, session.stats, session.stop_type))
+        except _Gone:
+            worker.withdraw(job)
+            return Response(status_code=499)
+        except BaseException:
+            worker.withdraw(job)
+            raise
+        finally:
+            gone.cancel()
 
-    async def models(request: HttpRequest) -> Response:
-        guard(request)
-        t = worker.pair.target
+    async def health(self, request: HttpRequest) -> Response:
+        w = self.worker
+        return JSONResponse({"status": "ok", "busy": w.running is not None, "waiting": w.waiting,
+                             "served": w.served})
+
+    async def models(self, request: HttpRequest) -> Response:
+        self.guard(request)
+        pair = self.worker.pair
+        t = pair.target
         return JSONResponse({"object": "list", "data": [{
-            "id": worker.cfg.model, "object": "model", "created": 0, "owned_by": "spec-cli",
-            "meta": {"n_ctx": t.n_ctx, "n_ctx_train": t.n_ctx_train, "draft": worker.pair.draft_name,
-                     "mtp": worker.pair.mtp,  # the target drafts with its own multi-token-prediction layers
-                     "proposer": worker.pair.config.proposer,
+            "id": self.worker.cfg.model, "object": "model", "created": 0, "owned_by": "spec-cli",
+            "meta": {"n_ctx": t.n_ctx, "n_ctx_train": t.n_ctx_train, "draft": pair.draft_name,
+                     "mtp": pair.mtp,  # the target drafts with its own multi-token-prediction layers
+                     "proposer": pair.config.proposer,
                      # what a request that sets none samples with (llama-server's defaults)
                      "sampling_defaults": {"top_k": DEFAULT_TOP_K, "top_p": DEFAULT_TOP_P,
                                            "min_p": DEFAULT_MIN_P}}}]})
 
-    async def api_error(request: HttpRequest, exc: ApiError) -> Response:
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
-    async def internal_error(request: HttpRequest, exc: Exception) -> Response:
-        # a bug: the log has the traceback, the client the error's kind (never its input)
-        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return JSONResponse(internal(exc).body(), status_code=500)
+def _json(body: bytes):
+    """A request body as JSON text, or a 400 naming what is wrong with it."""
+    try:
+        obj = json.loads(body)
+        # a lone surrogate ("\\ud800") is valid JSON but no text: refused here, before anything tokenizes it
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # before ValueError, its base
+        raise ApiError(400, "the request body holds a lone surrogate (\\ud800-\\udfff without its pair): "
+                            "not valid Unicode text") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON: {str(e)[:200]}") from None
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
+    return obj
 
-    async def http_error(request: HttpRequest, exc: HTTPException) -> Response:
-        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
-                                     kind=kind).body(), status_code=exc.status_code)
 
-    chat, completion, infill = endpoint(parse_chat), endpoint(parse_completion), endpoint(parse_infill)
-    routes = [
-        Route("/health", health), Route("/v1/health", health),
-        Route("/v1/models", models), Route("/models", models),
-        Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"]),
-        Route("/v1/completions", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
-        Route("/infill", infill, methods=["POST"]),
-    ]
-    return Starlette(routes=routes, exception_handlers={ApiError: api_error, HTTPException: http_error,
-                                                        Exception: internal_error})
+async def _next_event(job: Job, gone: asyncio.Future):
+    """The job's next event; _Gone as soon as the client disconnects."""
+    get = asyncio.ensure_future(job.events.get())
+    done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if get in done:
+        return get.result()
+    get.cancel()
+    raise _Gone()
+
+
+async def _api_error(request: HttpRequest, exc: ApiError) -> Response:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def _internal_error(request: HttpRequest, exc: Exception) -> Response:
+    # a bug: the log has the traceback, the client the error's kind (never its input)
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return JSONResponse(internal(exc).body(), status_code=500)
+
+
+async def _http_error(request: HttpRequest, exc: HTTPException) -> Response:
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return JSONResponse(ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
+                                 kind=kind).body(), status_code=exc.status_code)
 
 
 async def _disconnected(request: HttpRequest) -> None:
