@@ -49,23 +49,13 @@ def bench(
     """Is it faster on this machine?  The target alone and each proposer,
     interleaved prompt by prompt, timed end to end, next to the ceiling."""
     from ..run.bench import DEFAULT_PROMPTS, problems, report, run_bench, variants_from
-    from ..run.clock import load_clock, read_profile
+    from ..run.clock import load_clock
     from ..run.engine import GenConfig
-    from ..llama.peer import PEERS, Peer
+    from ..llama.peer import Peer
     from ..term import render
     from .common import check_rule
 
-    files = list(prompts) or [DEFAULT_PROMPTS]
-    for f in files:
-        if not f.is_file():
-            raise SpecError(f"prompt file not found: {f}")
-    if clock:
-        read_profile(clock)  # a bad profile is said before the models load
-    if peer is not None and peer not in PEERS:
-        raise SpecError(f"unknown peer {peer!r}", hint=f"Choose: {', '.join(PEERS)}.")
-    if peer is not None and clock:
-        raise SpecError("--peer measures real time, --clock simulates it: the two cannot be compared",
-                        hint="Drop one of them.")
+    files = _checked(prompts or [DEFAULT_PROMPTS], clock, peer)
     samp = sampling(temp, top_k, top_p, min_p)
     variants = variants_from(proposer, sweep_draft_max, [check_rule(r) for r in rule])
     if not variants:
@@ -104,3 +94,22 @@ def bench(
         if runner is not None:
             runner.close()
         pair.close()
+
+
+def _checked(files: List[Path], clock: Optional[str], peer: Optional[str]) -> List[Path]:
+    """What can be refused before the models load: the prompt files, the
+    clock's profile, the peer."""
+    from ..llama.peer import PEERS
+    from ..run.clock import read_profile
+
+    for f in files:
+        if not f.is_file():
+            raise SpecError(f"prompt file not found: {f}")
+    if clock:
+        read_profile(clock)
+    if peer is not None and peer not in PEERS:
+        raise SpecError(f"unknown peer {peer!r}", hint=f"Choose: {', '.join(PEERS)}.")
+    if peer is not None and clock:
+        raise SpecError("--peer measures real time, --clock simulates it: the two cannot be compared",
+                        hint="Drop one of them.")
+    return list(files)
