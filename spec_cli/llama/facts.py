@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import cores
 from .config import LoadConfig
 from .lib import llama_cpp, version
 from .vocab import meta
-
-if TYPE_CHECKING:
-    from .model import Model
 
 _Q8_0 = 8  # enum ggml_type
 

@@ -368,7 +368,7 @@ class Model:
         """The file's multi-token-prediction block, in a context of its own
         (made once)."""
         if self._mtp_head is None:
-            if self._tape is None:  # the pair's loader says so to the user (runner.no_mtp)
+            if self._tape is None:  # the pair's loader says so to the user (proposers.registry.no_mtp)
                 raise ValueError("an MTP block needs a model with NextN layers loaded with LoadConfig(mtp=True)")
             self._mtp_head = MTPHead(self)
         return self._mtp_head

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -14,9 +14,6 @@ from ..errors import SpecError
 from .facts import context_params
 from .lib import llama_cpp
 from llama_cpp import llama_cpp_ext
-
-if TYPE_CHECKING:
-    from .model import Model
 
 
 class HiddenTape:

@@ -120,6 +120,7 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
     from ..models.download import resolve
     from ..models.registry import load_registry
     from .proposers import registry as proposers
+    from .proposers.registry import no_mtp
 
     needs = proposers.spec(cfg.proposer).needs
     wants_draft, may_mtp = needs in (proposers.DRAFT, proposers.DRAFT_OR_MTP), needs in (proposers.MTP,
@@ -265,16 +266,6 @@ def _may_have_mtp(target: str, registry) -> bool:
     except SpecError:
         return False
     return entry is None or entry.mtp
-
-
-def no_mtp(name: str, *, in_file: bool = False) -> SpecError:
-    """--proposer mtp on a file without such layers (or one loaded without them)."""
-    if in_file:
-        return SpecError(f"{name}'s multi-token-prediction layers were not loaded",
-                         hint="Load the pair with --proposer mtp.")
-    return SpecError(f"{name} has no multi-token-prediction (NextN) layers for --proposer mtp",
-                     hint="Use a model whose GGUF keeps them (Qwen3.5/3.6, GLM-4.5, DeepSeek-V3; "
-                          "`spec-cli models info` shows mtp_layers), or another --proposer.")
 
 
 def _size(path) -> float:

@@ -50,7 +50,6 @@ def _draft(pair, *, store, clock):
 def _mtp(pair, *, store, clock):
     from .mtp import mtp_drafter
     if not pair.mtp:
-        from ..runner import no_mtp
         raise no_mtp(pair.target.path.name, in_file=pair.target.mtp_layers > 0)
     drafter = mtp_drafter(pair.target, p_min=pair.config.p_min)
     drafter.clock = clock
@@ -67,6 +66,16 @@ def _hybrid(pair, *, store, clock):
     if pair.draft is None or (not pair.draft_pays and clock is None):
         return _ngram(pair, store=store, clock=clock)
     return Hybrid(_ngram(pair, store=store, clock=clock), _draft(pair, store=store, clock=clock))
+
+
+def no_mtp(name: str, *, in_file: bool = False) -> SpecError:
+    """--proposer mtp on a file without such layers (or one loaded without them)."""
+    if in_file:
+        return SpecError(f"{name}'s multi-token-prediction layers were not loaded",
+                         hint="Load the pair with --proposer mtp.")
+    return SpecError(f"{name} has no multi-token-prediction (NextN) layers for --proposer mtp",
+                     hint="Use a model whose GGUF keeps them (Qwen3.5/3.6, GLM-4.5, DeepSeek-V3; "
+                          "`spec-cli models info` shows mtp_layers), or another --proposer.")
 
 
 PROPOSERS: dict[str, Spec] = {s.name: s for s in (
