@@ -171,7 +171,7 @@ def test_kv_cache_reuse_evaluates_only_new_tokens(smollm):
 def test_detokenizer_never_emits_half_a_character(smollm):
     text = "naïve café – 東京 🚀 done"
     toks = smollm.vocab.tokenize(text, add_special=False)
-    detok = Detokenizer(smollm)
+    detok = Detokenizer(smollm.vocab)
     pieces = [detok.add(t) for t in toks] + [detok.flush()]
     assert "".join(pieces) == text
     assert all("\ufffd" not in p for p in pieces)
@@ -281,11 +281,11 @@ def test_sampled_text_is_the_same_from_candidates_as_from_whole_rows(smollm, smo
     for name, make in (("none", NoDraft), ("draft", lambda: DraftModel(smollm_draft)), ("lookup", Lookup)):
         smollm.reset()
         fast[name], _, _ = run(smollm, make(), prompt, max_tokens=32, draft_max=4, sampling=cfg, seed=11)
-        assert smollm._sampler_k == 40
-    assert smollm_draft._sampler_k == 40
+        assert smollm._samplers.k == 40
+    assert smollm_draft._samplers.k == 40
     monkeypatch.setattr(Decoding, "candidates_k", property(lambda self: None))
     for name, make in (("none", NoDraft), ("draft", lambda: DraftModel(smollm_draft)), ("lookup", Lookup)):
         smollm.reset()
         whole, _, _ = run(smollm, make(), prompt, max_tokens=32, draft_max=4, sampling=cfg, seed=11)
         assert whole == fast[name] == fast["none"], name
-    assert smollm._sampler_k is None  # whole rows again: the sampler is off
+    assert smollm._samplers.k is None  # whole rows again: the sampler is off

@@ -30,7 +30,7 @@ from ..errors import SpecError
 from .proposers.base import EMPTY, Proposal, Proposer
 from .stops import StopMatcher
 from ..core.config import Decoding
-from ..core.sampling import SamplingConfig, choose_rows, margin, probs as to_probs
+from ..core.sampling import SamplingConfig, choose, choose_rows, margin, probs as to_probs
 from ..core.policy import CostModel, Policy
 from ..core.verify import verify, verify_choices
 
@@ -231,7 +231,9 @@ def _rule(decoding: Decoding, out: "_Output"):
     if sampling.greedy or decoding.rule == "gumbel":
         def pick(logits, draft, prop):
             walked = choose_rows(logits, draft, sampling, seed, out.produced, threads=threads)
-            return verify_choices(draft, walked.__getitem__)
+            # the rule may read past the walk (it does not, but the rule is the definition)
+            return verify_choices(draft, lambda i: walked[i] if i < len(walked)
+                                  else choose(logits[i], sampling, seed, out.produced + i).token)
         pick.alone = lambda target, last: target.decode_choose(last, sampling, seed, out.produced)[0]
     else:
         rng = np.random.default_rng(seed)
