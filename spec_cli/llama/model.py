@@ -17,8 +17,6 @@ MTP block of a target that drafts for itself (mtp.py); what it is, for
 from __future__ import annotations
 
 import ctypes
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -33,6 +31,7 @@ from ..errors import SpecError
 from . import bufts, cores, facts
 from .batch import BatchViews, Samplers
 from .config import CANDIDATE_ROWS, LoadConfig
+from .files import check_gguf, release_file_pages
 from .lib import DecodeTimer, function_address, llama_cpp
 from .mtp import HiddenTape, MTPHead
 from .recurrent import Checkpoints
@@ -45,26 +44,11 @@ except ImportError:  # pragma: no cover - a build without the kernel
 
 __all__ = ["Model", "LoadConfig", "ContextFull", "check_gguf", "common_prefix"]
 
-_GGUF_MAGIC = b"GGUF"
-
-
 class ContextFull(SpecError):
     def __init__(self, need: int, n_ctx: int):
         super().__init__(f"the context is full ({need} tokens needed, {n_ctx} available)",
                          hint="Use a larger --ctx, or a shorter prompt.")
         self.need, self.n_ctx = need, n_ctx
-
-
-def check_gguf(path: Path) -> None:
-    """Fail clearly on a missing or non-GGUF file before llama.cpp sees it."""
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as e:
-        raise SpecError(f"cannot read model file {path}: {e.strerror}") from e
-    if magic != _GGUF_MAGIC:
-        raise SpecError(f"{path} is not a GGUF file",
-                        hint="spec-cli runs llama.cpp GGUF models; convert or download a .gguf.")
 
 
 class Model:
@@ -428,27 +412,3 @@ class Model:
             if logits_last:
                 return rows[0]
         return len(tokens) - keep
-
-
-def release_file_pages(path: Path) -> None:
-    """Drop this process's resident pages of a memory-mapped model file.
-
-    Weights that llama.cpp repacks for the CPU (or copies to a GPU) are
-    read through the mapping and then live in a buffer of their own; the
-    mapping's pages would stay resident too, holding those weights twice.
-    MADV_DONTNEED on a read-only file mapping only unmaps: what is still
-    used from the file faults back in from the page cache, the rest is no
-    longer counted.  Linux only; elsewhere a no-op."""
-    if not sys.platform.startswith("linux"):
-        return
-    real = os.path.realpath(path)
-    try:
-        with open("/proc/self/maps") as f:
-            spans = [line.split(None, 1)[0] for line in f if line.rstrip("\n").endswith(" " + real)]
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    for span in spans:
-        lo, hi = (int(x, 16) for x in span.split("-"))
-        libc.madvise(lo, hi - lo, 4)  # MADV_DONTNEED
