@@ -536,3 +536,28 @@ def test_llama_server_fields_stop_type_tokens_cached_predicted_n(server):
                                                            "n_predict": 0})
     assert status == 200 and warm["choices"][0]["message"]["content"] == ""
     assert warm["usage"]["completion_tokens"] == 0
+
+
+def test_the_page_and_the_drafted_spans_of_a_stream(server):
+    """`/` is the chat page (one static file, its own script only), and each
+    streamed chunk says which of its text was drafted (`spec_segments`): the
+    pieces make the chunk's text, drafted ones among them, and the last
+    chunk's `speculation` counts them."""
+    req = urllib.request.Request(server.url + "/")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        page, csp = r.read().decode(), r.headers["Content-Security-Policy"]
+    assert r.status == 200 and "<title>spec-cli</title>" in page and "connect-src 'self'" in csp
+    assert ".innerHTML" not in page  # text goes in with textContent
+    counting = " ".join(str(i) for i in range(1, 21))  # the lookup drafts the next round from the first
+    stream = client(server).completions.create(model="x", prompt=f"{counting}\n{counting}\n1 2 3", max_tokens=48,
+                                               temperature=0, stream=True)
+    drafted, final = 0, None
+    for chunk in stream:
+        extra = chunk.model_extra or {}
+        if "spec_segments" in extra:
+            assert "".join(s["text"] for s in extra["spec_segments"]) == chunk.choices[0].text
+            drafted += sum(len(s["text"]) for s in extra["spec_segments"] if s["drafted"])
+        if "speculation" in extra:
+            final = extra["speculation"]
+    assert drafted > 0 and final["accepted"] > 0
+    assert set(final) >= {"per_position", "by_source", "draft_ms", "verify_ms", "tokens_per_s"}

@@ -271,10 +271,16 @@ def new_id(kind: str) -> str:
 
 
 def speculation(stats: Stats, proposer: str, seed: int) -> dict:
-    """The extra field every response carries."""
+    """The extra field every response carries: what drafted and how much of
+    it the target kept, overall, by draft position (1, 2, ...) and by where
+    the drafts came from ("prompt", "output", "hist": the lookup; "draft",
+    "mtp"), and the generation's time split between drafting and verifying."""
     return {"proposer": proposer, "drafted": stats.drafted, "accepted": stats.accepted,
             "acceptance": round(stats.acceptance_rate, 4), "mean_accepted": round(stats.mean_accepted, 4),
-            "steps": stats.steps, "seed": seed}
+            "steps": stats.steps, "seed": seed,
+            "per_position": [round(r, 4) for r in stats.position_rates()], "by_source": stats.source_rates(),
+            "draft_ms": round(stats.draft_s * 1000, 3), "verify_ms": round(stats.verify_s * 1000, 3),
+            "tokens_per_s": round(stats.tokens_per_s, 3)}
 
 
 def timings(stats: Stats, n_cached: int) -> dict:
@@ -340,8 +346,12 @@ class Reply:
                 "choices": [choice], "usage": usage(self.n_prompt, stats), **self.extras(stats)}
 
     def chunk(self, text: str | None, finish: str | None, stats: Stats | None = None, *,
-              first: bool = False, stop_type: str | None = None) -> dict:
-        """One streamed chunk: text, or the final one with the finish reason."""
+              first: bool = False, stop_type: str | None = None, segments=None) -> dict:
+        """One streamed chunk: text, or the final one with the finish reason.
+        `segments`, the text by origin ((piece, drafted?) pairs), go out as
+        the extension field `spec_segments` ([{"text", "drafted"}], which
+        OpenAI clients ignore): drafted is true for text the draft proposed
+        and the target accepted, false for the target's own tokens."""
         if self.req.kind == "infill":
             return self.infill(text or "", finish, stats, final=stats is not None, stop_type=stop_type)
         choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(finish) if stats is not None else None,
@@ -356,6 +366,8 @@ class Reply:
             choice["text"] = text or ""
             obj = "text_completion"
         out = {"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": [choice]}
+        if segments:
+            out["spec_segments"] = [{"text": piece, "drafted": bool(drafted)} for piece, drafted in segments]
         if stats is not None:
             out.update(self.extras(stats))
         return out

@@ -1,5 +1,5 @@
-"""The HTTP side of `spec-cli serve` (Starlette, run by uvicorn): the
-OpenAI API, llama-server's `/infill`, `/health`; API key, body limit and
+"""The HTTP side of `spec-cli serve` (Starlette, run by uvicorn): a chat
+page at `/`, the OpenAI API, llama-server's `/infill`, `/health`; API key, body limit and
 read timeouts, server-sent events, and a client that goes away stopping
 its generation at the next step (or leaving the queue).  Who may connect
 at all is access.py's.
@@ -42,6 +42,7 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
     r = _Routes(worker, api_key.encode() if api_key else None, max_body, read_s)
     chat, completion, infill = r.endpoint(parse_chat), r.endpoint(parse_completion), r.endpoint(parse_infill)
     routes = [
+        Route("/", _page), Route("/index.html", _page),
         Route("/health", r.health), Route("/v1/health", r.health),
         Route("/v1/models", r.models), Route("/models", r.models),
         Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"]),
@@ -152,6 +153,22 @@ class _Routes:
                                            "min_p": DEFAULT_MIN_P}}}]})
 
 
+# the page may run only its own inline script and style and talk only to this server
+_PAGE_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
+             "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+async def _page(request: HttpRequest) -> Response:
+    """The chat page (page.html): one static file, no build step, nothing
+    fetched from elsewhere; same-origin, so access.py's checks hold."""
+    from importlib.resources import files
+
+    html = files("spec_cli.serve").joinpath("page.html").read_bytes()
+    return Response(html, media_type="text/html; charset=utf-8",
+                    headers={"Content-Security-Policy": _PAGE_CSP, "X-Content-Type-Options": "nosniff",
+                             "Cache-Control": "no-cache"})
+
+
 def _json(body: bytes):
     """A request body as JSON text, or a 400 naming what is wrong with it."""
     try:
@@ -215,7 +232,7 @@ async def _events(job: Job, reply: Reply):
         while True:
             kind, payload = await job.events.get()
             if kind == "step":
-                yield _sse(reply.chunk(payload, None))
+                yield _sse(reply.chunk("".join(text for text, _ in payload), None, segments=payload))
             elif kind == "done":
                 yield _sse(reply.chunk(None, payload.finish, payload.stats, stop_type=payload.stop_type))
                 if req.include_usage and req.kind != "infill":

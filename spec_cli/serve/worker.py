@@ -50,7 +50,7 @@ class ServeConfig:
 
 class Job:
     """One request: events go from the worker thread to the event loop as
-    ("start", Reply) | ("step", text) | ("done", Session) | ("error", ApiError)."""
+    ("start", Reply) | ("step", ((text, drafted?), ...)) | ("done", Session) | ("error", ApiError)."""
 
     def __init__(self, req: Request, loop: asyncio.AbstractEventLoop):
         self.req, self.loop = req, loop
@@ -226,7 +226,7 @@ class Worker:
 
         def on_step(step, stats):
             if step.text:
-                job.emit("step", step.text)
+                job.emit("step", step.segments)  # the text by origin: drafted and accepted, or the target's
             if between is not None and step.finish_reason is None:
                 between()
 
