@@ -99,13 +99,16 @@ def test_prompt_files(tmp_path):
         load_prompts(bad, None)
 
 
-def test_bench_runs_and_reports(smollm_path, spec_env):
+def test_bench_runs_and_reports(smollm_path, spec_env, tmp_path):
     res = spec("bench", "--target", "smollm2-135m", "--draft", "smollm2-135m", "--ctx", "1024",
                "--prompts", str(PROMPTS), "--n-prompts", "2", "-n", "16",
                "--proposer", "ngram", "--proposer", "draft@2", "--proposer", "oracle", "--proposer", "ngram-oracle",
-               "--deterministic", "--peer", "llama-cpp-python", "--json", env=spec_env)
+               "--deterministic", "--peer", "llama-cpp-python", "--json", "--html", str(tmp_path / "r.html"),
+               env=spec_env)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
+    page = (tmp_path / "r.html").read_text()  # the same result, drawn (test_report.py checks the drawing)
+    assert json.loads(page.split('id="bench-data">')[1].split("</script>")[0].replace("<\\/", "</")) == out
     [peer] = out["peer"]  # llama-cpp-python's own loop on the same prompts
     assert peer["prompts"] == 2 and peer["peer_tokens_per_s"] > 0 and peer["vs_peer_median"] > 0
     assert out["machine"]["cores"] >= 1 and out["draft"] == "smollm2-135m"
@@ -124,6 +127,7 @@ def test_bench_runs_and_reports(smollm_path, spec_env):
         assert s["vs_peer_median"] > 0 and s["host_ms_per_step"] > 0
     assert sets["draft@2"]["acceptance_rate"] == 1.0  # a model drafting for itself
     assert sets["draft@2"]["per_position"] == [1.0, 1.0]
+    assert sum(sets["draft@2"]["accepted_hist"]) > 0 and len(sets["ngram"]["per_prompt_tokens_per_s"]) == 2
 
 
 def test_bench_table_on_stderr(smollm_path, spec_env):

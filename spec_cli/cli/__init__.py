@@ -13,7 +13,7 @@ import sys
 import typer
 
 from ..errors import SpecError
-from .bench import bench
+from .bench import bench, report
 from .chat import chat
 from .complete import complete
 from .generate import generate
@@ -24,7 +24,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Exact speculative decoding for local GGUF models on llama.cpp. The acceptance "
                        "rule is exact; by default the output is the target's up to floating-point "
                        "rounding, and with --deterministic bit for bit.")
-for command in (generate, chat, complete, serve, bench):
+for command in (generate, chat, complete, serve, bench, report):
     app.command()(command)
 app.add_typer(models_app, name="models")
 

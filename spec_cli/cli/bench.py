@@ -45,6 +45,8 @@ def bench(
                        "(Llama.create_completion) on the same file and settings, and report generation "
                        "speed against it.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with a `sets` list.")] = False,
+    html: Annotated[Optional[Path], typer.Option(
+        "--html", help="Also write the result as one self-contained HTML report with plots.")] = None,
 ) -> None:
     """Is it faster on this machine?  The target alone and each proposer,
     interleaved prompt by prompt, timed end to end, next to the ceiling."""
@@ -80,6 +82,9 @@ def bench(
         result = report(pair, sets, target=target, deterministic=deterministic, rules=rule, max_tokens=max_tokens,
                         temperature=temp, top_k=samp.top_k, top_p=samp.top_p, min_p=samp.min_p, seed=seed,
                         draft_max=draft_max, clock=simulated, peer=runner)
+        if html is not None:
+            from ..term import report as html_report
+            html_report.write(result, html)
         if as_json:
             print(json.dumps(result, indent=1))
         else:
@@ -113,3 +118,29 @@ def _checked(files: List[Path], clock: Optional[str], peer: Optional[str]) -> Li
         raise SpecError("--peer measures real time, --clock simulates it: the two cannot be compared",
                         hint="Drop one of them.")
     return list(files)
+
+
+def report(
+    result: Annotated[Path, typer.Argument(help="A result saved from `spec-cli bench --json`.")],
+    out: Annotated[Path, typer.Option("--output", "-o", help="Where to write the HTML report.")] = Path("report.html"),
+) -> None:
+    """Turn a saved `spec-cli bench --json` result into one self-contained
+    HTML report with plots (readable offline).
+
+    Example: spec-cli bench --json > bench.json && spec-cli report bench.json -o bench.html
+    """
+    from ..term import report as html_report
+    from ..term import render
+
+    try:
+        data = json.loads(result.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"result file not found: {result}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise SpecError(f"{result} is not a bench result: {e}", hint="Save one with `spec-cli bench --json > FILE`.") \
+            from None
+    if not isinstance(data, dict) or not isinstance(data.get("sets"), list):
+        raise SpecError(f"{result} is not a bench result (no `sets` list)",
+                        hint="Save one with `spec-cli bench --json > FILE`.")
+    html_report.write(data, out)
+    render.note(f"wrote {out}")

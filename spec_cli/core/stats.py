@@ -27,6 +27,8 @@ class Stats:
     # by_source[origin] = [steps, drafted, accepted]; origin is the policy's
     # source without its match length ("prompt8" -> "prompt", "hist-run" -> "hist")
     by_source: dict[str, list[int]] = field(default_factory=dict)
+    # accepted_hist[a] = drafting steps that kept a tokens of their draft
+    accepted_hist: list[int] = field(default_factory=list)
 
     def merge(self, other: "Stats") -> None:
         """Add another run's numbers (a chat's turns)."""
@@ -42,6 +44,13 @@ class Stats:
             mine = self.by_source.setdefault(origin, [0, 0, 0])
             for i, c in enumerate(counts):
                 mine[i] += c
+        for a, n in enumerate(other.accepted_hist):
+            self._count(a, n)
+
+    def _count(self, accepted: int, n: int = 1) -> None:
+        while len(self.accepted_hist) <= accepted:
+            self.accepted_hist.append(0)
+        self.accepted_hist[accepted] += n
 
     def add(self, *, n_tokens: int, drafted: int, accepted: int,
             draft_s: float, verify_s: float, source: str = "none", host_s: float = 0.0,
@@ -62,6 +71,7 @@ class Stats:
             if i < accepted:
                 self.per_position[i][1] += 1
         if drafted:
+            self._count(accepted)
             counts = self.by_source.setdefault(origin(source), [0, 0, 0])
             counts[0] += 1
             counts[1] += drafted

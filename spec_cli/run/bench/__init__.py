@@ -177,6 +177,9 @@ def summarise(file: str, variant: str, runs: list[tuple[Run, Run]], *, coupled: 
         "max_divergence_margin": (max(margins) if margins else 0.0) if coupled else None,
         "ceiling_share": None,
         "by_source": total.source_rates(),
+        "accepted_hist": list(total.accepted_hist),  # drafting steps by tokens of their draft kept
+        "per_prompt_tokens_per_s": [round(p.speed, 3) for _, p in runs],
+        "per_prompt_baseline_tokens_per_s": [round(b.speed, 3) for b, _ in runs],
     }
 
 
