@@ -24,8 +24,14 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Exact speculative decoding for local GGUF models on llama.cpp. The acceptance "
                        "rule is exact; by default the output is the target's up to floating-point "
                        "rounding, and with --deterministic bit for bit.")
+def _short(command) -> str:
+    """A command's first paragraph as one line, for the command list (the
+    terminal wraps it)."""
+    return " ".join((command.__doc__ or "").strip().split("\n\n")[0].split())
+
+
 for command in (generate, chat, complete, serve, bench, report):
-    app.command()(command)
+    app.command(short_help=_short(command))(command)
 app.add_typer(models_app, name="models")
 
 

@@ -49,7 +49,14 @@ def bench(
         "--html", help="Also write the result as one self-contained HTML report with plots.")] = None,
 ) -> None:
     """Is it faster on this machine?  The target alone and each proposer,
-    interleaved prompt by prompt, timed end to end, next to the ceiling."""
+    interleaved prompt by prompt, timed end to end, next to the ceiling.
+
+    \b
+    Examples:
+      spec-cli bench
+      spec-cli bench -p edits.jsonl --proposer oracle --html report.html
+      spec-cli bench --clock gpu-70b --temp 0.8 --json > bench.json
+    """
     from ..run.bench import DEFAULT_PROMPTS, problems, report, run_bench, variants_from
     from ..run.clock import load_clock
     from ..run.engine import GenConfig

@@ -29,7 +29,14 @@ def chat(
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
 ) -> None:
     """Chat in the model's own chat template.  Each turn evaluates only its
-    new tokens: the target's and the draft's KV caches are reused."""
+    new tokens: the target's and the draft's KV caches are reused.
+
+    \b
+    Examples:
+      spec-cli chat
+      spec-cli chat -t llama-3.3-70b -d llama-3.2-1b --gpu-layers -1
+      spec-cli chat --system "Answer in one sentence." --temp 0.7
+    """
     from ..core.stats import Stats
     from ..run.engine import GenConfig
     from ..term import render

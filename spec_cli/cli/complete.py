@@ -46,7 +46,13 @@ def complete(
 ) -> None:
     """Editor completion: the text before the cursor on stdin, the rest with
     --suffix-file; prints only the middle (fill-in-the-middle when the model
-    has FIM tokens, else a plain continuation)."""
+    has FIM tokens, else a plain continuation).
+
+    \b
+    Examples:
+      head -c 1200 app.py | spec-cli complete --suffix-file rest.py
+      head -c 1200 app.py | spec-cli complete --server http://127.0.0.1:8080
+    """
     from ..run.editor import EditorStops, cursor_indent
 
     if sys.stdin is None or sys.stdin.isatty():

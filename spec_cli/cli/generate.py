@@ -35,7 +35,14 @@ def generate(
     quiet: Quiet = False, as_json: Json = False,
 ) -> None:
     """Generate text after a prompt, speculatively: a chat turn by default,
-    plain continuation with --raw; a document with --file/--output."""
+    plain continuation with --raw; a document with --file/--output.
+
+    \b
+    Examples:
+      spec-cli generate "Write a Python function that checks for primes."
+      spec-cli generate --raw --temp 0.8 --seed 1 -n 200 "Once upon a time"
+      spec-cli generate -f outline.md -o draft.md -n 2000
+    """
     from ..run.engine import GenConfig
     from ..run.runner import prompt_tokens
     from ..run.session import Session

@@ -51,7 +51,13 @@ def serve(
     `openai` package, llama-server's /infill for llama.vim and llama.vscode.
     One generation at a time, a bounded queue behind it; both models' KV
     caches and the drafts learned from earlier outputs carry over between
-    requests."""
+    requests.
+
+    \b
+    Examples:
+      spec-cli serve          # the chat page: http://127.0.0.1:8080/
+      spec-cli serve -t qwen2.5-coder-7b --port 8012 --api-key "$KEY"
+    """
     try:
         import uvicorn
 
