@@ -51,7 +51,7 @@ def complete(
     \b
     Examples:
       head -c 1200 app.py | spec-cli complete --suffix-file rest.py
-      head -c 1200 app.py | spec-cli complete --server http://127.0.0.1:8080
+      head -c 1200 app.py | spec-cli complete --server http://127.0.0.1:8012
     """
     from ..run.editor import EditorStops, cursor_indent
 

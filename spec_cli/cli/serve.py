@@ -55,8 +55,8 @@ def serve(
 
     \b
     Examples:
-      spec-cli serve          # the chat page: http://127.0.0.1:8080/
-      spec-cli serve -t qwen2.5-coder-7b --port 8012 --api-key "$KEY"
+      spec-cli serve          # the chat page: http://127.0.0.1:8012/
+      spec-cli serve -t qwen2.5-coder-7b --port 8080 --api-key "$KEY"
     """
     try:
         import uvicorn
