@@ -289,3 +289,37 @@ def test_sampled_text_is_the_same_from_candidates_as_from_whole_rows(smollm, smo
         whole, _, _ = run(smollm, make(), prompt, max_tokens=32, draft_max=4, sampling=cfg, seed=11)
         assert whole == fast[name] == fast["none"], name
     assert smollm._samplers.k is None  # whole rows again: the sampler is off
+
+
+def test_several_sequences_decode_in_one_batch_as_each_alone(smollm_path):
+    """Model.decode_batch: each sequence's tokens at its own next positions,
+    in one llama_decode; each part's rows are its own (the same argmax as
+    the sequence decoded alone, the same logits up to a batch's rounding),
+    and each sequence's tokens and cache are as if it had been decoded alone."""
+    from spec_cli.llama.model import LoadConfig, Model
+    texts = ["The capital of France is", "def add(a, b):\n    return", "Once upon a time, there"]
+    with Model(smollm_path, LoadConfig(n_ctx=256, n_seq=3)) as m:
+        prompts = [m.vocab.tokenize(t) for t in texts]
+        alone = []
+        for seq, p in enumerate(prompts):
+            m.use(seq)
+            alone.append(m.decode(p, logits_from=0))
+        for seq in range(3):
+            m.use(seq)
+            m.reset()
+        m.use(1)
+        rows = m.decode_batch([(seq, p) for seq, p in enumerate(prompts)])
+        assert m.seq == 1 and [len(r) for r in rows] == [len(p) for p in prompts]
+        for seq, (got, want) in enumerate(zip(rows, alone)):
+            assert np.array_equal(got.argmax(axis=1), want.argmax(axis=1)), seq
+            assert np.allclose(got, want, atol=0.05), seq
+            m.use(seq)
+            assert m.tokens == prompts[seq]
+        # each cache holds its own: one more token per sequence continues each alone
+        nxt = [int(r[-1].argmax()) for r in rows]
+        more = m.decode_batch([(seq, [t]) for seq, t in enumerate(nxt)])
+        for seq in range(3):
+            m.use(seq)
+            m.truncate(len(prompts[seq]))
+            again = m.decode([nxt[seq]], logits_from=0)
+            assert int(again[0].argmax()) == int(more[seq][0].argmax())

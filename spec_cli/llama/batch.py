@@ -47,6 +47,22 @@ class BatchViews:
             self.logits[first:m] = 1
 
 
+    def set_many(self, parts: Sequence[tuple[int, Sequence[int], int]]) -> None:
+        """Several sequences in one batch: part (seq, tokens, pos0) puts its
+        tokens at positions pos0... of `seq`; every token's logits are asked for."""
+        i = 0
+        for seq, tokens, pos0 in parts:
+            m = len(tokens)
+            self.token[i:i + m] = tokens
+            self.pos[i:i + m] = range(pos0, pos0 + m)
+            for j in range(i, i + m):
+                self.batch.seq_id[j][0] = seq
+            i += m
+        self.logits[:i] = 1
+        self.batch.n_tokens = i
+        self.seq = None  # the slots name several sequences now
+
+
 class Samplers:
     """A top-(k + CANDIDATE_SPARE) sampler attached to every sequence of a
     context, or none.  A chain is attached once only (llama.cpp refuses one

@@ -263,6 +263,46 @@ class Model:
         rows = self._logits(ptr, n_rows)
         return rows.copy() if copy else rows
 
+    def decode_batch(self, parts: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray]:
+        """Several sequences' tokens in one llama_decode: part (seq, tokens)
+        appends `tokens` to sequence `seq` at its next positions.  Every
+        token's row is read (each part is a verify batch: its last context
+        token and its draft); returns each part's rows, whole, as views of
+        llama.cpp's buffer, valid until this model's next decode.  The
+        sequence in use (`use`) is left as it was."""
+        n = sum(len(tokens) for _, tokens in parts)
+        if n == 0 or n > self.n_batch:
+            raise ValueError(f"a batch of {n} tokens (1 to {self.n_batch})")
+        if self._samplers.k is not None:
+            self._attach(None)  # whole rows: candidates are per sequence
+        placed = []
+        for seq, tokens in parts:
+            have = self._seqs[seq]
+            if len(have) + len(tokens) > self.n_ctx:
+                raise ContextFull(len(have) + len(tokens), self.n_ctx)
+            if seq in self._unsure:
+                llama_cpp.llama_memory_seq_rm(self._mem, seq, len(have), -1)
+            if self.recurrent and len(tokens) - 1 > self.n_rs:
+                self._ckpt.save(seq, len(have))
+            placed.append((seq, tokens, len(have)))
+        self._fill.set_many(placed)
+        t0 = time.perf_counter()
+        self._unsure.update(seq for seq, _ in parts)
+        rc = llama_cpp.llama_decode(self.ctx, self._batch)
+        ptr = llama_cpp.llama_get_logits(self.ctx) if rc == 0 else None
+        self.timer.seconds += time.perf_counter() - t0
+        if rc != 0:
+            raise self._failed(rc)
+        rows, out, first = self._logits(ptr, n), [], 0
+        for seq, tokens, pos0 in placed:
+            self._seqs[seq].extend(tokens)
+            self._unsure.discard(seq)
+            if self._tape is not None:
+                self._tape.keep(seq, pos0, len(tokens), first)
+            out.append(rows[first:first + len(tokens)])
+            first += len(tokens)
+        return out
+
     def decode_choose(self, token: int, cfg: sampling.SamplingConfig, seed: int, pos: int,
                       confidence: bool = False, *, kernel: Kernel = COMPILED) -> tuple[int, float]:
         """Append `token` and choose the next one from its row: `decode([token],

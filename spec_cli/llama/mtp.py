@@ -26,13 +26,14 @@ class HiddenTape:
         self._seqs: dict[int, np.ndarray] = {}
         llama_cpp_ext.llama_set_embeddings_nextn(ctx, True, False)  # every row, not only logits'
 
-    def keep(self, seq: int, pos0: int, m: int) -> None:
-        """Keep the states of the `m` rows the last decode read at pos0..."""
+    def keep(self, seq: int, pos0: int, m: int, first: int = 0) -> None:
+        """Keep the states of the `m` rows from batch row `first` on, which
+        the last decode read at positions pos0... of `seq`."""
         tape = self._seqs.get(seq)
         if tape is None:
             tape = self._seqs[seq] = np.zeros((self.n_ctx, self.n_embd), np.float32)
         ptr = llama_cpp_ext.llama_get_embeddings_nextn(self._ctx)
-        tape[pos0:pos0 + m] = np.ctypeslib.as_array(ptr, shape=(m, self.n_embd))
+        tape[pos0:pos0 + m] = np.ctypeslib.as_array(ptr, shape=(first + m, self.n_embd))[first:]
 
     def read(self, seq: int, start: int, end: int) -> np.ndarray:
         """Positions start..end-1 of `seq`; a view, valid until its next decode."""
