@@ -206,10 +206,13 @@ def _shifted(p: float, shift: float) -> float:
     return 1.0 / (1.0 + math.exp(-(math.log(p / (1 - p)) + shift)))
 
 
-def flat_prior(source: str, n: int) -> list[float]:
+UNKNOWN_PRIOR = 0.7  # acceptance expected of a draft nobody said more about
+
+
+def unknown_prior(source: str, n: int) -> list[float]:
     """Acceptance chances before anything is seen, where the proposer says
     nothing of its own (each proposer's `acceptance_prior` does)."""
-    return [0.7] * n
+    return [UNKNOWN_PRIOR] * n
 
 
 WINDOW = 32      # drafting steps per proposer kept by the safeguard
@@ -230,7 +233,7 @@ class Policy:
     """Decides, step by step, how many tokens each proposer should draft."""
 
     def __init__(self, cost: CostModel, *, k_max: int, draft_s: dict[str, float] | None = None,
-                 prior=flat_prior, probe_every: int = 64, plain_every: int = 16):
+                 prior=unknown_prior, probe_every: int = 64, plain_every: int = 16):
         self.cost = cost
         self.prior = prior  # prior(source, n): acceptance chances of a source before any is seen
         self.draft_s = dict(draft_s or {})  # per proposer, seconds per draft token (its prior, then learned)

@@ -277,14 +277,13 @@ class Model:
             self._attach(None)  # whole rows: candidates are per sequence
         placed = []
         for seq, tokens in parts:
-            have = self._seqs[seq]
-            if len(have) + len(tokens) > self.n_ctx:
-                raise ContextFull(len(have) + len(tokens), self.n_ctx)
-            if seq in self._unsure:
-                llama_cpp.llama_memory_seq_rm(self._mem, seq, len(have), -1)
-            if self.recurrent and len(tokens) - 1 > self.n_rs:
-                self._ckpt.save(seq, len(have))
-            placed.append((seq, tokens, len(have)))
+            if len(self._seqs[seq]) + len(tokens) > self.n_ctx:
+                raise ContextFull(len(self._seqs[seq]) + len(tokens), self.n_ctx)
+        for seq, tokens in parts:
+            pos0 = self._settled(seq)
+            if self.recurrent and len(tokens) - 1 > self.n_rs:  # as _decode_chunk
+                self._ckpt.save(seq, pos0)
+            placed.append((seq, tokens, pos0))
         self._fill.set_many(placed)
         t0 = time.perf_counter()
         self._unsure.update(seq for seq, _ in parts)
@@ -341,12 +340,14 @@ class Model:
         row = self.last_rows(1)[0]  # numpy's to decide (a NaN, a wide q)
         return sampling.choose(row, cfg, seed, pos, confidence=confidence, kernel=kernel)
 
-    def _settled(self) -> int:
-        """The next position, the cache made to hold exactly `tokens` first:
-        anything a decode cut short by Ctrl-C may have left behind goes."""
-        pos0 = len(self.tokens)
-        if self.seq in self._unsure:
-            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, pos0, -1)
+    def _settled(self, seq: int | None = None) -> int:
+        """Sequence `seq`'s next position (the one in use by default), its
+        cache made to hold exactly its tokens first: anything a decode cut
+        short by Ctrl-C may have left behind goes."""
+        seq = self.seq if seq is None else seq
+        pos0 = len(self._seqs[seq])
+        if seq in self._unsure:
+            llama_cpp.llama_memory_seq_rm(self._mem, seq, pos0, -1)
         return pos0
 
     def _failed(self, rc: int) -> SpecError:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import SpecError
 from ..llama.config import LoadConfig
@@ -120,7 +118,6 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
     from ..models.download import resolve
     from ..models.registry import load_registry
     from .proposers import registry as proposers
-    from .proposers.registry import no_mtp
 
     needs = proposers.spec(cfg.proposer).needs
     wants_draft, may_mtp = needs in (proposers.DRAFT, proposers.DRAFT_OR_MTP), needs in (proposers.MTP,
@@ -139,7 +136,7 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
     # by default where no draft model is given (no second file to fetch)
     n_mtp = mtp_layers(target_path) if may_mtp else 0
     if needs == proposers.MTP and not n_mtp:
-        raise no_mtp(target_path.name)
+        raise proposers.no_mtp(target_path.name)
     use_mtp = n_mtp > 0  # its layers are loaded (one block); bench may ask for "mtp" beside "hybrid"
     if use_mtp and cfg.draft is None:
         draft_arg = None  # the registry's draft is not needed

@@ -24,8 +24,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from ...core.config import Decoding
-
-UNKNOWN_PRIOR = 0.7  # acceptance expected of a draft nobody said more about
+from ...core.policy import UNKNOWN_PRIOR
 
 
 @dataclass(frozen=True)

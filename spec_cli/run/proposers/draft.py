@@ -131,12 +131,11 @@ class DraftModel:
     statistical tests use); the seed and rule are always the generation's.
     """
 
-    acceptance_prior = staticmethod(flat_prior(PRIOR))
-
     def __init__(self, source, *, p_min: float = 0.0, sampling: SamplingConfig | None = None,
-                 name: str = "draft"):
+                 name: str = "draft", prior: float = PRIOR):
         self.source = source if hasattr(source, "then_choose") else ModelDrafts(source)
         self.name = name
+        self.acceptance_prior = flat_prior(prior)  # what the policy expects before a draft is seen
         self.p_min = p_min  # stop drafting when the top draft probability falls below
         self.own_sampling = sampling
         self.prepare((), Decoding(SamplingConfig(), 0))

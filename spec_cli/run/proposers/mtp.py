@@ -21,7 +21,7 @@ import numpy as np
 from ...core.config import Decoding
 from ...core.sampling import SamplingConfig, choose
 from ...core.tokens import common_prefix
-from .base import UNKNOWN_PRIOR, flat_prior
+from .base import UNKNOWN_PRIOR
 from .draft import DraftModel, learned_cost
 
 
@@ -91,6 +91,4 @@ class HeadDrafts:
 
 def mtp_drafter(target, *, p_min: float = 0.0, sampling: SamplingConfig | None = None) -> DraftModel:
     """The "mtp" proposer on `target` (loaded with LoadConfig(mtp=True))."""
-    drafter = DraftModel(HeadDrafts(target), p_min=p_min, sampling=sampling, name="mtp")
-    drafter.acceptance_prior = flat_prior(UNKNOWN_PRIOR)
-    return drafter
+    return DraftModel(HeadDrafts(target), p_min=p_min, sampling=sampling, name="mtp", prior=UNKNOWN_PRIOR)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ...core.policy import unknown_prior
 from ...core.source import Source
 
 # A lookup's first token, by how long its match was (suffix.bucket): a
@@ -21,7 +22,7 @@ def lookup_prior(source: str, n: int) -> list[float]:
     """Acceptance chances for draft positions 1..n before anything is seen."""
     src = Source.of(source)
     if not src.is_lookup:
-        return [0.7] * n
+        return unknown_prior(source, n)
     first = FIRST.get(src.kind, FIRST[""]).get(src.matched, 0.7)
     later = [LATER[min(i, len(LATER) - 1)] for i in range(n - 1)]
     if src.kind == "run":
