@@ -93,7 +93,8 @@ def serve(
         if not quiet:
             url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
             render.note(f"serving {name}" + (f", drafting with {pair.drafter}" if pair.drafter else "")
-                        + f", proposer {proposer}\n  OpenAI API: {url}/v1   llama.vim / llama.vscode: {url}/infill"
+                        + f", proposer {proposer}\n  chat page: {url}/   OpenAI API: {url}/v1   "
+                          f"llama.vim / llama.vscode: {url}/infill"
                         + _editor_seq_line(pair, editor_seq) + "\n  Ctrl-C stops")
         server.run()
         if not quiet:
