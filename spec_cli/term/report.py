@@ -48,12 +48,13 @@ def _bars(rows: list[tuple[str, float, str, dict]], *, chart: str, unit: str, sc
         out.append(f'<rect class="bar" x="{left}" y="{y}" width="{x(value) - left:.1f}" height="{BAR_H}" '
                    f'fill="{colour}" data-label="{_esc(label)}" data-value="{value!r}"{attrs}>'
                    f'<title>{_esc(label)}: {value:.3g}{unit}</title></rect>')
-        out.append(f'<text x="{x(value) + 4:.1f}" y="{y + 13}">{value:.2f}{unit}</text>')
-        if marks and label in marks:
-            m = marks[label]
-            out.append(f'<line class="ceiling" x1="{x(m):.1f}" x2="{x(m):.1f}" y1="{y - 2}" y2="{y + BAR_H + 2}" '
-                       f'stroke="#222" stroke-width="2" data-label="{_esc(label)}" data-value="{m!r}">'
-                       f'<title>the oracle: {m:.2f}{unit}</title></line>')
+        mark = marks.get(label) if marks else None
+        after = max(x(value), x(mark) if mark is not None else 0.0)  # the number clear of the ceiling's tick
+        out.append(f'<text x="{after + 4:.1f}" y="{y + 13}">{value:.2f}{unit}</text>')
+        if mark is not None:
+            out.append(f'<line class="ceiling" x1="{x(mark):.1f}" x2="{x(mark):.1f}" y1="{y - 2}" '
+                       f'y2="{y + BAR_H + 2}" stroke="#222" stroke-width="2" data-label="{_esc(label)}" '
+                       f'data-value="{mark!r}"><title>the oracle: {mark:.2f}{unit}</title></line>')
     if baseline is not None:
         out.append(f'<line class="baseline" x1="{x(baseline):.1f}" x2="{x(baseline):.1f}" y1="0" y2="{h - 18}" '
                    f'stroke="#c33" stroke-dasharray="4 3" data-value="{baseline!r}"/>'
