@@ -87,7 +87,7 @@ def _free_port() -> int:
 def server(smollm_path):
     env = dict(os.environ)
     env.pop("SPEC_CLI_API_KEY", None)
-    srv = Server(smollm_path, env)
+    srv = Server(smollm_path, env, "--parallel", "2")
     yield srv
     code, err = srv.stop()
     assert code == 0 and "Traceback" not in err, err
@@ -96,7 +96,7 @@ def server(smollm_path):
 @pytest.fixture(scope="module")
 def guarded(smollm_path):
     """No queue (one request at a time) and an API key."""
-    srv = Server(smollm_path, dict(os.environ), "--queue", "0", "--api-key", KEY, "--read-timeout", "1.5",
+    srv = Server(smollm_path, dict(os.environ), "--parallel", "1", "--queue", "0", "--api-key", KEY, "--read-timeout", "1.5",
                  "--allow-host", "llm.example")
     yield srv
     srv.stop()
@@ -481,6 +481,7 @@ def test_a_non_streamed_client_that_leaves_frees_the_worker_at_once(server):
 
 def test_a_queued_client_that_leaves_gives_up_its_place(server):
     running = stream_long(server)
+    second = stream_long(server, prompt="It was a dark and stormy night")  # both slots (--parallel 2) busy
     try:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
         conn.request("POST", "/v1/completions", json.dumps({"prompt": "Hi", "max_tokens": 4}),
@@ -495,9 +496,10 @@ def test_a_queued_client_that_leaves_gives_up_its_place(server):
         while server.get("/health")[1]["waiting"] and time.time() < deadline:
             time.sleep(0.02)
         health = server.get("/health")[1]
-        assert health["waiting"] == 0 and health["busy"]
+        assert health["waiting"] == 0 and health["running"] == 2
     finally:
         running.close()
+        second.close()
     assert wait_idle(server)
 
 

@@ -25,7 +25,7 @@ def serve(
     api_key: Annotated[Optional[str], typer.Option(
         "--api-key", envvar="SPEC_CLI_API_KEY", show_envvar=True,
         help="Require 'Authorization: Bearer KEY' on every request but /health.")] = None,
-    queue: Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait behind the running one; "
+    queue: Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait behind the running ones; "
                                                               "more are answered 503 with Retry-After.")] = 16,
     cors: Annotated[Optional[list[str]], typer.Option(
         "--cors", metavar="ORIGIN",
@@ -39,19 +39,19 @@ def serve(
         "--read-timeout", min=0.1, metavar="SECONDS",
         help="Close a connection that sends no whole request head in this time; answer 408 to a body that "
              "stalls this long (or takes over a minute).")] = 10.0,
-    editor_seq: Annotated[bool, typer.Option(
-        "--editor-seq/--no-editor-seq",
-        help="Give editors (/infill) a KV cache of their own, so a completion is served between the steps of "
-             "a running chat instead of after it; costs a second --ctx of KV cache in each model.")] = True,
+    parallel: Annotated[int, typer.Option(
+        "--parallel", "-np", min=1, max=64, metavar="N",
+        help="Requests generated at once, each in a KV sequence of its own, all in one target batch a step "
+             "(each costs a --ctx of KV cache in each model).")] = 4,
     draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
     ctx: Ctx = 4096, threads: Threads = 0, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
 ) -> None:
     """Serve the pair over HTTP: the OpenAI API for chat clients and the
     `openai` package, llama-server's /infill for llama.vim and llama.vscode.
-    One generation at a time, a bounded queue behind it; both models' KV
-    caches and the drafts learned from earlier outputs carry over between
-    requests.
+    Up to --parallel requests at once, every one's rows in one target
+    batch a step, a bounded queue behind them; the KV caches and the
+    drafts learned from earlier outputs carry over between requests.
 
     \b
     Examples:
@@ -75,7 +75,7 @@ def serve(
     _check_port(host, port)
     pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
                            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min,
-                           deterministic=deterministic, seqs=2 if editor_seq else 1), quiet=quiet, rule=rule)
+                           deterministic=deterministic, seqs=parallel), quiet=quiet, rule=rule)
     name = os.path.basename(target)[:-5] if target.endswith(".gguf") else target
     worker = Worker(pair, ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft, rule=rule))
     try:
@@ -95,7 +95,7 @@ def serve(
             render.note(f"serving {name}" + (f", drafting with {pair.drafter}" if pair.drafter else "")
                         + f", proposer {proposer}\n  chat page: {url}/   OpenAI API: {url}/v1   "
                           f"llama.vim / llama.vscode: {url}/infill"
-                        + _editor_seq_line(pair, editor_seq) + "\n  Ctrl-C stops")
+                        + _parallel_line(pair, parallel) + "\n  Ctrl-C stops")
         server.run()
         if not quiet:
             render.note("stopped")
@@ -122,16 +122,16 @@ def _server(config, worker):
     return Server(config)
 
 
-def _editor_seq_line(pair, editor_seq: bool) -> str:
-    """What the editors' own KV sequence costs, for the start-up lines."""
-    if not editor_seq:
-        return "\n  editors share the KV cache with chats (--no-editor-seq): they wait for a running one"
+def _parallel_line(pair, parallel: int) -> str:
+    """How many requests run at once, and what their KV caches take."""
     from ..llama.facts import kv_bytes
 
     sizes = [kv_bytes(m) for m in (pair.target, pair.draft) if m is not None]
-    extra = f" (+{sum(sizes) / 2**20:,.0f} MiB of KV cache)" if sizes and None not in sizes else ""
-    return (f"\n  editors are served between a chat's steps, in a KV sequence of their own{extra}; "
-            "--no-editor-seq saves it")
+    kv = (f", {parallel} KV sequences of {pair.target.n_ctx:,} tokens ({sum(sizes) * parallel / 2**20:,.0f} MiB)"
+          if sizes and None not in sizes else "")
+    how = ("taking turns, a target batch each, so that each is bit-for-bit alone's (--deterministic)"
+           if pair.target.deterministic else "in one target batch a step")
+    return f"\n  up to {parallel} requests at once{kv}, {how}; /metrics and /slots tell how it goes"
 
 
 def _log_to_stderr(quiet: bool) -> None:

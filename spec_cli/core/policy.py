@@ -215,6 +215,21 @@ def unknown_prior(source: str, n: int) -> list[float]:
     return [UNKNOWN_PRIOR] * n
 
 
+@dataclass(frozen=True)
+class Load:
+    """What else runs in the same target batch (several requests at once,
+    run/batch.py): the other sequences' rows, the tokens they are expected
+    to yield, and the seconds their drafting adds to the step.  Alone, all
+    three are 0 and every formula below is the one-sequence one."""
+
+    rows: int = 0
+    tokens: float = 0.0
+    extra_s: float = 0.0
+
+
+ALONE = Load()
+
+
 WINDOW = 32      # drafting steps per proposer kept by the safeguard
 PLAIN_WINDOW = 16
 MIN_DRAFTING, MIN_PLAIN = 8, 4   # evidence before the safeguard judges (plain: else c(1) is the bar)
@@ -241,6 +256,7 @@ class Policy:
         self.probe_every = probe_every
         self.plain_every = plain_every
         self.horizon = 1 << 30   # tokens still to come (the engine keeps it current)
+        self.load = ALONE        # what shares the target's batch (run/batch.py keeps it current)
         self._drafting = 0
         self._wide = 0  # this step's draft is a wider look of this many tokens (_wider)
         self.accept: dict[str, Acceptance] = {}
@@ -264,22 +280,50 @@ class Policy:
         shift = self._shift.get(origin(source), 0.0) if _lookup(source) else 0.0
         return [_shifted(r, shift) for r in rates] if shift else rates
 
+    # -- a step's time and yield, the batch around this sequence included --
+    def step_s(self, k: int, d: float) -> float:
+        """Seconds of a step in which this sequence drafts k tokens: the
+        target batch of its k + 1 rows and the others', and every drafting."""
+        load = self.load
+        return self.cost.c(load.rows + k + 1) + k * d + load.extra_s
+
+    def plain_s(self) -> float:
+        """Seconds of the step with this sequence not drafting."""
+        return self.step_s(0, 0.0)
+
+    def rate(self, rates: list[float], d: float) -> float:
+        """This sequence's tokens a second at draft chances `rates`."""
+        return expected_tokens(rates) / self.step_s(len(rates), d)
+
+    def _batch_gains(self, rates: list[float], d: float) -> bool:
+        """Does the whole batch make more tokens a second with this draft
+        than with this sequence plain?  (Alone: the same as `rate` beating
+        the target alone.)  Speculation pays less as the batch grows: its
+        rows cost the others' time as well."""
+        load = self.load
+        if not load.rows:
+            return True
+        return ((load.tokens + expected_tokens(rates)) / self.step_s(len(rates), d)
+                > (load.tokens + 1.0) / self.plain_s())
+
     def _saves(self, rates: list[float], d: float, setup_s: float) -> bool:
         """Does drafting len(rates) tokens a step beat the target alone over
         the tokens still to come, a one-time `setup_s` included?"""
-        per_token = self.cost.step_s(len(rates), d) / expected_tokens(rates)
-        saved = self.cost.c(1) - per_token
+        per_token = self.step_s(len(rates), d) / expected_tokens(rates)
+        saved = self.plain_s() - per_token
         return saved > 0 and saved * self.horizon > setup_s
 
     def _best(self, rates: list[float], d: float, limit: int) -> int:
-        best_k, best = 0, 1.0 / self.cost.c(1)
+        best_k, best = 0, 1.0 / self.plain_s()
         total, chain = 1.0, 1.0  # expected_tokens(rates[:k]), grown a position at a time
         for k in range(1, min(limit, len(rates)) + 1):  # (past the rates a step only costs more)
             chain *= rates[k - 1]
             total += chain
-            r = total / self.cost.step_s(k, d)
+            r = total / self.step_s(k, d)
             if r > best:
                 best_k, best = k, r
+        while best_k and not self._batch_gains(rates[:best_k], d):
+            best_k -= 1  # a shorter draft costs the others less
         return best_k
 
     def choose(self, candidates, limit: int):
@@ -289,7 +333,7 @@ class Policy:
         `source`, `limit` and `setup_s`, see proposers.Candidate).  Returns
         (candidate, k), or (None, 0) for a plain step."""
         self._wide = 0
-        best, best_rate = None, 1.0 / self.cost.c(1)
+        best, best_rate = None, 1.0 / self.plain_s()
         for cand in candidates:
             n = min(limit, cand.limit, self.k_max)
             if n <= 0 or _group(cand.source) in self.stopped:
@@ -297,8 +341,8 @@ class Policy:
             d = self.draft_s.get(cand.source, 0.0)
             rates = self.chances(cand.source)
             k = self._best(rates, d, n)
-            if k > 0 and self._saves(rates[:k], d, cand.setup_s) and self.cost.rate(rates[:k], d) > best_rate:
-                best, best_rate = (cand, k), self.cost.rate(rates[:k], d)
+            if k > 0 and self._saves(rates[:k], d, cand.setup_s) and self.rate(rates[:k], d) > best_rate:
+                best, best_rate = (cand, k), self.rate(rates[:k], d)
         if best is not None:
             self._idle[best[0].source] = 0
             self._wait[best[0].source] = self.probe_every
@@ -382,11 +426,16 @@ class Policy:
             return True  # a wider look (see _wider) goes its whole length: that size is what it measures
         d = self.draft_s.get(proposer, 0.0)
         nxt = self.chances(proposer)[k]
-        return self.cost.rate(chain + [nxt], d) > self.cost.rate(chain, d)
+        return self.rate(chain + [nxt], d) > self.rate(chain, d) and self._batch_gains(chain + [nxt], d)
 
     def observe(self, proposer: str, *, drafted: int, accepted: int, draft_s: float,
-                verify_s: float) -> None:
-        self.cost.observe_verify(drafted + 1, verify_s)
+                verify_s: float, batch: bool = False) -> None:
+        """Learn from a step.  With `batch` (several sequences in one target
+        batch) the caller teaches the cost model the batch's size and time
+        itself, once, and `verify_s` is this sequence's share: what its own
+        rows alone would have cost at the pace the batch showed."""
+        if not batch:
+            self.cost.observe_verify(drafted + 1, verify_s)
         if not drafted:
             self._plain.append((1, verify_s))
             return

@@ -47,18 +47,20 @@ class BatchViews:
             self.logits[first:m] = 1
 
 
-    def set_many(self, parts: Sequence[tuple[int, Sequence[int], int]]) -> None:
-        """Several sequences in one batch: part (seq, tokens, pos0) puts its
-        tokens at positions pos0... of `seq`; every token's logits are asked for."""
+    def set_many(self, parts: Sequence[tuple[int, Sequence[int], int, bool]]) -> None:
+        """Several sequences in one batch: part (seq, tokens, pos0, rows)
+        puts its tokens at positions pos0... of `seq`, with every token's
+        logits asked for where `rows` (a verify batch), none where not (a
+        prompt being read)."""
         i = 0
-        for seq, tokens, pos0 in parts:
+        for seq, tokens, pos0, rows in parts:
             m = len(tokens)
             self.token[i:i + m] = tokens
             self.pos[i:i + m] = range(pos0, pos0 + m)
+            self.logits[i:i + m] = rows
             for j in range(i, i + m):
                 self.batch.seq_id[j][0] = seq
             i += m
-        self.logits[:i] = 1
         self.batch.n_tokens = i
         self.seq = None  # the slots name several sequences now
 

@@ -263,43 +263,52 @@ class Model:
         rows = self._logits(ptr, n_rows)
         return rows.copy() if copy else rows
 
-    def decode_batch(self, parts: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray]:
+    def decode_batch(self, parts: Sequence[tuple[int, Sequence[int]] | tuple[int, Sequence[int], bool]]
+                     ) -> list[np.ndarray | None]:
         """Several sequences' tokens in one llama_decode: part (seq, tokens)
-        appends `tokens` to sequence `seq` at its next positions.  Every
-        token's row is read (each part is a verify batch: its last context
-        token and its draft); returns each part's rows, whole, as views of
-        llama.cpp's buffer, valid until this model's next decode.  The
-        sequence in use (`use`) is left as it was."""
-        n = sum(len(tokens) for _, tokens in parts)
+        appends `tokens` to sequence `seq` at its next positions, every
+        token's row read (a verify batch: its last context token and its
+        draft); part (seq, tokens, False) reads none (a prompt's chunk).
+        Returns each part's rows, whole, as views of llama.cpp's buffer,
+        valid until this model's next decode (None for a part without).
+        The sequence in use (`use`) is left as it was."""
+        parts = [(p[0], p[1], p[2] if len(p) > 2 else True) for p in parts]
+        n = sum(len(tokens) for _, tokens, _ in parts)
         if n == 0 or n > self.n_batch:
             raise ValueError(f"a batch of {n} tokens (1 to {self.n_batch})")
         if self._samplers.k is not None:
             self._attach(None)  # whole rows: candidates are per sequence
         placed = []
-        for seq, tokens in parts:
+        for seq, tokens, _ in parts:
             if len(self._seqs[seq]) + len(tokens) > self.n_ctx:
                 raise ContextFull(len(self._seqs[seq]) + len(tokens), self.n_ctx)
-        for seq, tokens in parts:
+        for seq, tokens, rows in parts:
             pos0 = self._settled(seq)
             if self.recurrent and len(tokens) - 1 > self.n_rs:  # as _decode_chunk
                 self._ckpt.save(seq, pos0)
-            placed.append((seq, tokens, pos0))
+            placed.append((seq, tokens, pos0, rows))
         self._fill.set_many(placed)
+        n_rows = sum(len(tokens) for _, tokens, _, rows in placed if rows)
         t0 = time.perf_counter()
-        self._unsure.update(seq for seq, _ in parts)
+        self._unsure.update(seq for seq, _, _ in parts)
         rc = llama_cpp.llama_decode(self.ctx, self._batch)
-        ptr = llama_cpp.llama_get_logits(self.ctx) if rc == 0 else None
+        ptr = llama_cpp.llama_get_logits(self.ctx) if rc == 0 and n_rows else None
         self.timer.seconds += time.perf_counter() - t0
         if rc != 0:
             raise self._failed(rc)
-        rows, out, first = self._logits(ptr, n), [], 0
-        for seq, tokens, pos0 in placed:
+        all_rows = self._logits(ptr, n_rows) if n_rows else None
+        out, first, b = [], 0, 0  # b: the batch's row, first: the logits' row
+        for seq, tokens, pos0, rows in placed:
             self._seqs[seq].extend(tokens)
             self._unsure.discard(seq)
-            if self._tape is not None:
-                self._tape.keep(seq, pos0, len(tokens), first)
-            out.append(rows[first:first + len(tokens)])
-            first += len(tokens)
+            if self._tape is not None:  # every row's hidden state is kept (HiddenTape)
+                self._tape.keep(seq, pos0, len(tokens), b)
+            b += len(tokens)
+            if rows:
+                out.append(all_rows[first:first + len(tokens)])
+                first += len(tokens)
+            else:
+                out.append(None)
         return out
 
     def decode_choose(self, token: int, cfg: sampling.SamplingConfig, seed: int, pos: int,

@@ -159,51 +159,90 @@ def step(target: Model, proposer: Proposer, policy: Policy | None, context: list
 def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
              cfg: GenConfig = GenConfig()) -> Iterator[Step]:
     """Generate after `prompt` (token ids), one Step per target batch."""
-    prompt = list(prompt)
-    _check_prompt(target, prompt, cfg)
-    seed = cfg.seed if cfg.seed is not None else int(np.random.SeedSequence().entropy % (1 << 31))
-    t0 = time.perf_counter()
-    evaluated = _prefill(target, prompt)
-    decoding = Decoding(cfg.sampling, seed, cfg.rule)  # one state for the rule and the proposer
-    # with top-k, llama.cpp's sampler leaves each verify row's candidates
-    # only, unless bench's margins or the residual rule read whole rows
-    target.candidates_k = decoding.candidates_k if not cfg.margins else None
-    proposer.prepare(prompt, decoding)  # a draft model reads the prompt only once it is chosen
-    prefill = (evaluated, time.perf_counter() - t0 if cfg.clock is None else cfg.clock.prefill_s(evaluated))
-
-    # --deterministic: keep target batches where their logits are bitwise one-token logits
-    draft_max = cfg.draft_max
-    if target.deterministic:
-        draft_max = min(draft_max, _verify_cap(target) - 1)
-    policy = _policy(target, proposer, draft_max, cfg.clock) if cfg.adaptive and draft_max > 0 else None
-    out = _Output(target, cfg)
-    pick = _rule(decoding, out)
-    context = prompt
+    g = Generation(target, proposer, prompt, cfg)
+    g.read_prompt()
     while True:
-        remaining = cfg.max_tokens - out.produced
-        if policy is not None:
-            policy.horizon = remaining
-        # the draft, the correction and what came before must fit the context
-        r = step(target, proposer, policy, context, max(0, min(draft_max, remaining - 1,
-                                                              target.n_ctx - len(context) - 1)), pick, cfg.clock)
+        r = step(target, proposer, g.policy, g.context, g.limit(), g.pick, cfg.clock)
+        s = g.settle(r)
+        yield s
+        if s.finish_reason is not None:
+            return
+
+
+class Generation:
+    """One generation's state between its rounds: the context so far, the
+    rule, the policy, the output.  `generate` drives one alone (`step`
+    decodes for it); run/batch.py drives several, one target batch for
+    all of them a round.  Each round: `limit()` caps the draft, the round
+    decodes, `settle(round)` applies it and says what it added (a Step)."""
+
+    def __init__(self, target: Model, proposer: Proposer, prompt: Sequence[int], cfg: GenConfig = GenConfig()):
+        prompt = list(prompt)
+        _check_prompt(target, prompt, cfg)
+        self.target, self.proposer, self.cfg, self.prompt = target, proposer, cfg, prompt
+        seed = cfg.seed if cfg.seed is not None else int(np.random.SeedSequence().entropy % (1 << 31))
+        self.decoding = decoding = Decoding(cfg.sampling, seed, cfg.rule)  # one state for the rule and the proposer
+        # with top-k, llama.cpp's sampler leaves each verify row's candidates
+        # only, unless bench's margins or the residual rule read whole rows
+        self.candidates_k = decoding.candidates_k if not cfg.margins else None
+        self.prefill = (0, 0.0)  # prompt tokens evaluated, and the seconds: the first Step carries them
+        # --deterministic: keep target batches where their logits are bitwise one-token logits
+        draft_max = cfg.draft_max
+        if target.deterministic:
+            draft_max = min(draft_max, _verify_cap(target) - 1)
+        self.draft_max = draft_max
+        self.policy = _policy(target, proposer, draft_max, cfg.clock) if cfg.adaptive and draft_max > 0 else None
+        self.out = _Output(target, cfg)
+        self.pick = _rule(decoding, self.out)
+        self.context = prompt
+
+    def read_prompt(self) -> None:
+        """Evaluate the prompt but its last token (it goes with the first
+        batch), reusing the cached prefix, and ready the proposer."""
+        t0 = time.perf_counter()
+        evaluated = self.target.catch_up(self.prompt[:-1])
+        self.prompt_read(evaluated, time.perf_counter() - t0)
+
+    def prompt_read(self, evaluated: int, seconds: float) -> None:
+        """The prompt is in the target's cache (`evaluated` tokens of it read
+        now, in `seconds`): the proposer gets ready."""
+        self.target.candidates_k = self.candidates_k
+        self.proposer.prepare(self.prompt, self.decoding)  # a draft model reads the prompt only once it is chosen
+        clock = self.cfg.clock
+        self.prefill = (evaluated, seconds if clock is None else clock.prefill_s(evaluated))
+
+    @property
+    def produced(self) -> int:
+        return self.out.produced
+
+    def limit(self) -> int:
+        """The longest draft this round may verify: the draft, the correction
+        and what came before must fit the context and the tokens asked for."""
+        remaining = self.cfg.max_tokens - self.out.produced
+        if self.policy is not None:
+            self.policy.horizon = remaining
+        return max(0, min(self.draft_max, remaining - 1, self.target.n_ctx - len(self.context) - 1))
+
+    def settle(self, r: Round, rows=None) -> Step:
+        """What round `r` added (`rows`: the target's rows of it, where the
+        round's own `logits` are not them)."""
+        cfg, decoding, out = self.cfg, self.decoding, self.out
         margins, aside_s = (), 0.0
         if cfg.margins:
             t_aside = time.perf_counter()
-            rows = r.logits if r.logits is not None else target.last_rows(1)
+            rows = rows if rows is not None else r.logits if r.logits is not None else self.target.last_rows(1)
             margins = tuple(margin(rows[i], decoding.sampling, decoding.seed, out.produced + i)
                             for i in range(r.accepted + 1))
             aside_s = time.perf_counter() - t_aside
-        a = out.add([*r.draft[:r.accepted], r.token], r.accepted, len(context), margins)
-        context = context + a.tokens
-        yield Step(tokens=tuple(a.tokens), from_draft=tuple(a.origin), text=a.text, segments=a.segments,
-                   drafted=len(r.draft), accepted=r.accepted, draft_s=r.draft_s,
-                   verify_s=r.verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
-                   finish_reason=a.finish, margins=a.margins, source=r.source if r.draft else "none",
-                   host_s=r.host_s, host_draft_s=r.host_draft_s, stop_type=out.stop_type, pieces=a.pieces,
-                   aside_s=aside_s)
-        prefill = (0, 0.0)
-        if a.finish is not None:
-            return
+        a = out.add([*r.draft[:r.accepted], r.token], r.accepted, len(self.context), margins)
+        self.context = self.context + a.tokens
+        prefill, self.prefill = self.prefill, (0, 0.0)
+        return Step(tokens=tuple(a.tokens), from_draft=tuple(a.origin), text=a.text, segments=a.segments,
+                    drafted=len(r.draft), accepted=r.accepted, draft_s=r.draft_s,
+                    verify_s=r.verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
+                    finish_reason=a.finish, margins=a.margins, source=r.source if r.draft else "none",
+                    host_s=r.host_s, host_draft_s=r.host_draft_s, stop_type=out.stop_type, pieces=a.pieces,
+                    aside_s=aside_s)
 
 
 def _check_prompt(target: Model, prompt: list[int], cfg: GenConfig) -> None:
@@ -306,12 +345,6 @@ class _Output:
             self.stop_type = "limit"
         segments = tuple((p, o) for p, o in segments if p)
         return Added(new, origin, "".join(p for p, _ in segments), segments, finish, margins, tuple(pieces))
-
-
-def _prefill(target: Model, prompt: list[int]) -> int:
-    """Evaluate everything but the last prompt token (it goes with the first
-    batch), reusing the cached prefix; returns the tokens evaluated."""
-    return target.catch_up(prompt[:-1])
 
 
 def _rewind(target: Model, n: int) -> None:

@@ -53,51 +53,73 @@ class Session:
         comes, its text as far as it may be shown (`stops` may hold some
         back, and cut it).  Ctrl-C ends the generation with finish
         "interrupted" and keeps what was written."""
-        stats = self.stats
-        t0 = time.perf_counter()  # moved on by each step's aside_s: bench's margins are no one's wait
-        written: list[tuple[str, bool]] = []  # every segment, shown or not
-        text, shown = "", 0
-        ends: list[int] = []  # with `stops`: where each token's text ends in `text`
+        self.begin()
         try:
             for step in generate(self.pair.target, self.proposer, self.prompt, self.gen):
-                stats.add(n_tokens=len(step.tokens), drafted=step.drafted, accepted=step.accepted,
-                          draft_s=step.draft_s, verify_s=step.verify_s, source=step.source,
-                          host_s=step.host_s, host_draft_s=step.host_draft_s)
-                stats.prefill_s += step.prefill_s
-                stats.prefill_tokens += step.prefill_tokens
-                t0 += step.aside_s
-                stats.wall_s = self._wall(t0)
-                if not stats.ttft_s and step.tokens:
-                    stats.ttft_s = stats.wall_s
-                self.tokens.extend(step.tokens)
-                self.margins.extend(step.margins)
-                self.finish, self.stop_type = step.finish_reason, step.stop_type
-                if self.stops is not None:
-                    written.extend(step.segments)
-                    for piece in step.pieces:
-                        ends.append((ends[-1] if ends else 0) + len(piece))
-                    text += step.text
-                    cut = self.stops.cut(text, stats.wall_s - stats.prefill_s, new_from=len(text) - len(step.text))
-                    if cut is not None:
-                        text, self.finish, self.stop_type = text[:cut], "stop", "limit"
-                        # the tokens whose text was cut away are not the output's
-                        kept = sum(start < cut for start in [0, *ends[:-1]])
-                        stats.tokens -= len(self.tokens) - kept
-                        del self.tokens[kept:]
-                    upto = self.stops.hold(text) if self.finish is None else len(text)
-                    step = replace(step, text=text[shown:upto], segments=_between(written, shown, upto),
-                                   finish_reason=self.finish)
-                    shown = max(shown, upto)
-                self.segments.extend(step.segments)
-                if on_step is not None:
-                    on_step(step, stats)
-                if self.finish is None and self.cancelled is not None and self.cancelled():
-                    self.finish = "cancelled"
-                if self.finish is not None:
+                if self.take(step, on_step):
                     break
         except KeyboardInterrupt:
             self.finish = "interrupted"
-        stats.wall_s = self._wall(t0)
+        return self.end()
+
+    def begin(self) -> None:
+        """The generation starts now (`run` does it; run/batch.py's caller
+        does where several run at once and each Step is handed to `take`)."""
+        self._t0 = time.perf_counter()  # moved on by each step's aside_s: bench's margins are no one's wait
+        self._written: list[tuple[str, bool]] = []  # every segment, shown or not
+        self._text, self._shown = "", 0
+        self._ends: list[int] = []  # with `stops`: where each token's text ends in `text`
+
+    def take(self, step: Step, on_step: Callable[[Step, Stats], None] | None = None) -> bool:
+        """Count one step, and show it; True when the generation is over."""
+        stats = self.stats
+        stats.add(n_tokens=len(step.tokens), drafted=step.drafted, accepted=step.accepted,
+                  draft_s=step.draft_s, verify_s=step.verify_s, source=step.source,
+                  host_s=step.host_s, host_draft_s=step.host_draft_s)
+        stats.prefill_s += step.prefill_s
+        stats.prefill_tokens += step.prefill_tokens
+        self._t0 += step.aside_s
+        stats.wall_s = self._wall(self._t0)
+        if not stats.ttft_s and step.tokens:
+            stats.ttft_s = stats.wall_s
+        self.tokens.extend(step.tokens)
+        self.margins.extend(step.margins)
+        self.finish, self.stop_type = step.finish_reason, step.stop_type
+        if self.stops is not None:
+            step = self._cut(step)
+        self.segments.extend(step.segments)
+        if on_step is not None:
+            on_step(step, stats)
+        if self.finish is None and self.cancelled is not None and self.cancelled():
+            self.finish = "cancelled"
+        return self.finish is not None
+
+    def _cut(self, step: Step) -> Step:
+        """The step as far as `stops` lets it be shown, the generation ended
+        where they cut."""
+        stats = self.stats
+        self._written.extend(step.segments)
+        for piece in step.pieces:
+            self._ends.append((self._ends[-1] if self._ends else 0) + len(piece))
+        self._text += step.text
+        text = self._text
+        cut = self.stops.cut(text, stats.wall_s - stats.prefill_s, new_from=len(text) - len(step.text))
+        if cut is not None:
+            text, self.finish, self.stop_type = text[:cut], "stop", "limit"
+            self._text = text
+            # the tokens whose text was cut away are not the output's
+            kept = sum(start < cut for start in [0, *self._ends[:-1]])
+            stats.tokens -= len(self.tokens) - kept
+            del self.tokens[kept:]
+        upto = self.stops.hold(text) if self.finish is None else len(text)
+        step = replace(step, text=text[self._shown:upto], segments=_between(self._written, self._shown, upto),
+                       finish_reason=self.finish)
+        self._shown = max(self._shown, upto)
+        return step
+
+    def end(self) -> "Session":
+        """The generation is over: its wall time, and what the pair learned kept."""
+        self.stats.wall_s = self._wall(self._t0)
         if self.gen.clock is None:
             self.pair.remember()
         return self

@@ -44,6 +44,7 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
     routes = [
         Route("/", _page), Route("/index.html", _page),
         Route("/health", r.health), Route("/v1/health", r.health),
+        Route("/metrics", r.metrics), Route("/slots", r.slots),
         Route("/v1/models", r.models), Route("/models", r.models),
         Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
@@ -136,8 +137,21 @@ class _Routes:
 
     async def health(self, request: HttpRequest) -> Response:
         w = self.worker
-        return JSONResponse({"status": "ok", "busy": w.running is not None, "waiting": w.waiting,
-                             "served": w.served})
+        return JSONResponse({"status": "ok", "busy": w.busy > 0, "running": w.busy, "slots": w.parallel,
+                             "waiting": w.waiting, "served": w.served})
+
+    async def metrics(self, request: HttpRequest) -> Response:
+        """Prometheus' text format (metrics.py)."""
+        self.guard(request)
+        w = self.worker
+        text = w.metrics.render(queue=w.waiting, busy=w.busy, slots=w.parallel, served=w.served)
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def slots(self, request: HttpRequest) -> Response:
+        """Each slot (a KV sequence of its own): idle, or whom it serves now
+        and how far it got -- llama-server's /slots, in spec-cli's words."""
+        self.guard(request)
+        return JSONResponse(self.worker.slot_views())
 
     async def models(self, request: HttpRequest) -> Response:
         self.guard(request)

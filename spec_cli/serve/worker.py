@@ -1,19 +1,21 @@
-"""One generation at a time on the pair, a bounded queue behind it, editors
-first.
+"""Requests on the pair: up to `--parallel` running at once in one target
+batch a round (run/batch.py), a bounded queue behind them, editors first.
 
 The HTTP side (app.py, on the event loop) submits a `Job` and reads its
-events; the worker thread owns the models.  Nothing is reset between
-requests: both models' KV caches keep the last request's tokens, so the
+events; the worker thread owns the models.  Each running request has a
+sequence of its own in both models' contexts (a slot); a request that
+arrives joins the batch at the next round, one that ends or whose client
+went away leaves at once.  Nothing is reset between requests: a slot's
+KV cache keeps its last request's tokens, and a new request goes to the
+free slot whose cache shares the longest prefix with its prompt, so the
 next turn of a chat or the next completion in the same file evaluates
-only what is new, and the lookup drafts from earlier outputs too
+only what is new; the lookup drafts from every earlier output
 (suffix.Store).
 
-Editors (`/infill`) wait in a queue of their own, served before the
-others.  With an editor sequence (the models loaded with two, as `serve`
-does by default) an editor request that arrives while a chat generates is
-served between two of the chat's steps, in its own sequence, and the chat
-goes on where it was: a completion's latency does not depend on a chat
-streaming beside it, and neither request's KV prefix is lost.
+Editors (`/infill`) wait in a queue of their own and take the first free
+slot.  With --deterministic, the requests running at once take turns, a
+target batch each (a batch holding another sequence's rows is not
+bitwise one sequence's): each one's text is `generate --deterministic`'s.
 """
 
 from __future__ import annotations
@@ -25,15 +27,18 @@ import math
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..core.tokens import common_prefix
 from ..errors import SpecError
+from ..run.batch import Batch, Stream
 from ..run.editor import EditorStops, fim_prompt
-from ..run.engine import GenConfig
+from ..run.engine import GenConfig, Generation
 from ..run.runner import Pair
 from ..run.session import Session
 from ..run.suffix import Store
 from .api import ApiError, Reply, Request, internal, shutting_down
+from .metrics import Metrics
 
 log = logging.getLogger("spec_cli.serve")
 
@@ -41,7 +46,7 @@ log = logging.getLogger("spec_cli.serve")
 @dataclass(frozen=True)
 class ServeConfig:
     model: str                 # the name responses carry
-    queue: int = 16            # requests waiting behind the running one
+    queue: int = 16            # requests waiting behind the running ones
     draft_max: int = 16
     adaptive: bool = True
     rule: str = "gumbel"       # the acceptance rule (engine.GenConfig.rule)
@@ -56,6 +61,7 @@ class Job:
         self.req, self.loop = req, loop
         self.events: asyncio.Queue = asyncio.Queue()
         self.cancel = threading.Event()
+        self.queued_at = time.monotonic()
 
     def emit(self, kind: str, payload) -> None:
         try:
@@ -64,29 +70,47 @@ class Job:
             self.cancel.set()
 
 
-EDITOR_SEQ = 1  # the editors' sequence in both models (0: everything else)
+@dataclass(eq=False)
+class Running:
+    """A request in a slot: its job, session and place in the batch."""
+
+    job: Job
+    seq: int
+    session: Session
+    stream: Stream
+    tokens: list[int]
+    started: float = field(default_factory=time.monotonic)
 
 
 class Worker:
     def __init__(self, pair: Pair, cfg: ServeConfig):
         self.pair, self.cfg = pair, cfg
         self.store = Store(max_tokens=cfg.store_tokens)
+        self.batch = Batch(pair, turns=pair.target.deterministic)
+        self.metrics = Metrics()
         self._editors: collections.deque[Job] = collections.deque()
         self._others: collections.deque[Job] = collections.deque()
         self._cv = threading.Condition()
         self._closed = False
-        self.running: Job | None = None
-        self.nested: Job | None = None  # an editor's request served between a running one's steps
+        self.slots: list[Running | None] = [None] * pair.target.n_seq
         self._seconds = 1.0  # a request's usual duration, for Retry-After
         self.served = 0
+        self._used: dict[int, int] = {}  # slot -> when it last took a request
+        self._tick = 0
         self._thread = threading.Thread(target=self._loop, name="spec-cli-worker", daemon=True)
         self._thread.start()
 
     @property
-    def editor_seq(self) -> bool:
-        """Whether editors have a sequence of their own (and so can be served
-        between a running request's steps)."""
-        return self.pair.target.n_seq > EDITOR_SEQ
+    def parallel(self) -> int:
+        return len(self.slots)
+
+    @property
+    def busy(self) -> int:
+        return sum(r is not None for r in self.slots)
+
+    @property
+    def running(self) -> list[Running]:
+        return [r for r in self.slots if r is not None]
 
     @property
     def waiting(self) -> int:
@@ -101,10 +125,12 @@ class Worker:
     def _check_room(self) -> None:
         if self._closed:
             raise shutting_down()
-        if self.waiting >= self.cfg.queue + (self.running is None):  # the idle models take one
-            retry = max(1, math.ceil(self._seconds * (self.waiting + 1)))
-            raise ApiError(503, f"the server is busy: {self.waiting} requests are waiting "
-                                f"(--queue {self.cfg.queue}); retry in about {retry} s",
+        if self.waiting >= self.cfg.queue + self.parallel - self.busy:  # free slots take one each
+            retry = max(1, math.ceil(self._seconds * (self.waiting + 1) / self.parallel))
+            self.metrics.rejected += 1
+            raise ApiError(503, f"the server is busy: {self.busy} requests are running and {self.waiting} "
+                                f"waiting (--parallel {self.parallel}, --queue {self.cfg.queue}); "
+                                f"retry in about {retry} s",
                            kind="unavailable_error", headers={"Retry-After": str(retry)})
 
     def submit(self, job: Job) -> None:
@@ -114,8 +140,8 @@ class Worker:
             self._cv.notify()
 
     def withdraw(self, job: Job) -> None:
-        """The client went away: stop its generation at the next step, or
-        give up its place in the queue."""
+        """The client went away: its request leaves the batch at the next
+        round, or gives up its place in the queue."""
         job.cancel.set()
         with self._cv:
             for queue in (self._editors, self._others):
@@ -123,43 +149,60 @@ class Worker:
                     queue.remove(job)
                 except ValueError:
                     pass
+            self._cv.notify()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop taking requests, end the running ones at their next step,
+        """Stop taking requests, end the running ones at the next round,
         answer the waiting ones 503, and wait for the models to be free."""
         with self._cv:
             self._closed = True
             for queue in (self._editors, self._others):
                 while queue:
                     queue.popleft().emit("error", shutting_down())
-            for job in (self.running, self.nested):
-                if job is not None:
-                    job.cancel.set()
+            for r in self.running:
+                r.job.cancel.set()
             self._cv.notify_all()
         self._thread.join(timeout)
 
+    def slot_views(self) -> list[dict]:
+        """What /slots shows: each slot, idle or running (a snapshot; the
+        worker thread moves on meanwhile)."""
+        t = self.pair.target
+        out = []
+        for seq, r in enumerate(list(self.slots)):
+            view = {"id": seq, "busy": r is not None, "cached_tokens": len(t._seqs[seq])}
+            if r is not None:
+                st = r.session.stats
+                view.update({"kind": r.job.req.kind, "stream": r.job.req.stream,
+                             "prompt_tokens": len(r.tokens), "reading_prompt": r.stream.reading,
+                             "generated_tokens": st.tokens, "drafted": st.drafted, "accepted": st.accepted,
+                             "seconds": round(time.monotonic() - r.started, 3),
+                             "max_tokens": r.session.gen.max_tokens})
+            out.append(view)
+        return out
+
+    # -- the loop -----------------------------------------------------------------
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self.waiting and not self._closed:
+                while not self.waiting and not self.busy and not self._closed:
                     self._cv.wait()
-                if not self.waiting:
+                if self._closed and not self.busy:
                     return
-                job = self.running = (self._editors or self._others).popleft()
-            try:
-                self._serve(job)
-            finally:
-                with self._cv:
-                    self.running = None
+                arrived = []
+                while self.waiting and self.busy + len(arrived) < self.parallel and not self._closed:
+                    arrived.append((self._editors or self._others).popleft())
+            for job in arrived:
+                self._start(job)
+            self._round()
 
-    def _serve(self, job: Job) -> None:
-        """Run one request to its end, in its sequence; every error is an event."""
-        t0 = time.perf_counter()
-        seq = EDITOR_SEQ if job.req.kind == "infill" and self.editor_seq else 0
-        self.pair.use(seq)
+    def _start(self, job: Job) -> None:
+        """`job` takes a slot and joins the batch; every error is an event."""
+        self.metrics.waited(time.monotonic() - job.queued_at)
+        if job.cancel.is_set():
+            return
         try:
-            if not job.cancel.is_set():
-                self._run(job)
+            self._begin(job)
         except ApiError as e:
             job.emit("error", e)
         except SpecError as e:
@@ -167,24 +210,96 @@ class Worker:
         except Exception as e:  # a bug: say so, keep serving
             log.exception("request failed")
             job.emit("error", internal(e))
-        finally:
-            self.pair.use(0)
-            self._seconds += 0.2 * (time.perf_counter() - t0 - self._seconds)
-            self.served += 1
 
-    def _between_steps(self) -> None:
-        """Serve the editors waiting now, each in the editors' sequence,
-        while the running request waits at a step boundary."""
-        while True:
-            with self._cv:
-                if not self._editors or self._closed:
-                    return
-                job = self.nested = self._editors.popleft()
-            try:
-                self._serve(job)
-            finally:
-                with self._cv:
-                    self.nested = None
+    def _slot_for(self, tokens: list[int]) -> int:
+        """The free slot whose KV cache shares the longest prefix with
+        `tokens` (ties: the least recently used)."""
+        t = self.pair.target
+        free = [seq for seq, r in enumerate(self.slots) if r is None]
+        return max(free, key=lambda seq: (common_prefix(t._seqs[seq], tokens), -self._used.get(seq, 0)))
+
+    def _begin(self, job: Job) -> None:
+        req, pair = job.req, self.pair
+        n_ctx = pair.target.n_ctx
+        # an infill prompt is cut to fit (as llama-server does), leaving room to answer
+        room = min(req.max_tokens if req.max_tokens is not None else 256, n_ctx // 4)
+        tokens, truncated, where = self._prompt(req, n_ctx - room)
+        if len(tokens) >= n_ctx:
+            raise ApiError(400, f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}: "
+                                "shorten it, or restart the server with a larger --ctx", param=where)
+        seq = self._slot_for(tokens)
+        self._used[seq] = self._tick = self._tick + 1
+        pair.use(seq)
+        if not req.cache_prompt:
+            pair.reset()
+        sampling = req.sampling
+        seed = req.seed if req.seed is not None else secrets.randbits(31)
+        reply = Reply(req, self.cfg.model, pair.config.proposer, seed, len(tokens), truncated)
+        if req.max_tokens == 0:  # llama.vim's warm-up: read the prompt into the cache, write nothing
+            job.emit("start", reply)
+            job.emit("done", self._prefill_only(pair, tokens))
+            self.served += 1
+            return
+        gen = GenConfig(sampling=sampling, max_tokens=req.max_tokens or n_ctx, draft_max=self.cfg.draft_max,
+                        stop=req.stop, seed=seed, adaptive=self.cfg.adaptive, rule=self.cfg.rule)
+        stops = (EditorStops(n_indent=req.n_indent, suffix=req.input_suffix, t_max_predict_ms=req.t_max_predict_ms)
+                 if req.kind == "infill" else None)
+        proposer = pair.new_proposer(store=self.store)
+        session = Session(pair, tokens, gen, proposer, stops=stops, cancelled=job.cancel.is_set)
+        stream = self.batch.add(seq, Generation(pair.target, proposer, tokens, gen), editor=req.kind == "infill")
+        session.begin()
+        self.slots[seq] = Running(job, seq, session, stream, tokens)
+        job.emit("start", reply)
+
+    def _round(self) -> None:
+        """One round of the batch; each request's step goes to its client."""
+        for r in self.running:  # a client that went away leaves before the round
+            if r.job.cancel.is_set():
+                r.session.finish = "cancelled"
+                self._end(r)
+        if not len(self.batch):
+            return
+        by_stream = {r.stream: r for r in self.running}
+        try:
+            steps = self.batch.round()
+        except Exception as e:  # the round's batch failed: every request in it ends
+            if isinstance(e, SpecError):
+                err = ApiError(500, e.message + (f" {e.hint}" if e.hint else ""), kind="server_error")
+                log.error("a round failed: %s", e.message)
+            else:
+                log.exception("a round failed")
+                err = internal(e)
+            for r in self.running:
+                r.job.emit("error", err)
+                self._end(r, done=False)
+            return
+        self.metrics.round(self.batch.last_rows, self.batch.last_s, len(steps))
+        for stream, step in steps:
+            r = by_stream.get(stream)
+            if r is None:
+                continue
+            self.metrics.step(step)
+
+            def show(step, stats, job=r.job):
+                if step.text:
+                    job.emit("step", step.segments)  # the text by origin: drafted and accepted, or the target's
+
+            if r.session.take(step, show):
+                self._end(r)
+
+    def _end(self, r: Running, done: bool = True) -> None:
+        """`r` leaves its slot: its output is kept for the lookup, its
+        client told."""
+        self.batch.drop(r.stream)
+        self.slots[r.seq] = None
+        session = r.session.end()
+        if done:
+            self.store.add(r.tokens, session.tokens)
+            self.metrics.finished(session, r.job.req.kind)
+            r.job.emit("done", session)
+        t = time.monotonic() - r.started
+        self._seconds += 0.2 * (t - self._seconds)
+        self.served += 1
 
     def _prompt(self, req: Request, budget: int) -> tuple[list[int], bool, str]:
         """(tokens, truncated, the field the prompt came from)."""
@@ -196,43 +311,6 @@ class Worker:
         fim = fim_prompt(target.vocab, req.input_prefix, req.input_suffix, middle=req.prompt,
                          extra=req.input_extra, budget=budget)
         return fim.tokens, fim.truncated, "input_prefix"
-
-    def _run(self, job: Job) -> None:
-        req, pair = job.req, self.pair
-        n_ctx = pair.target.n_ctx
-        # an infill prompt is cut to fit (as llama-server does), leaving room to answer
-        room = min(req.max_tokens if req.max_tokens is not None else 256, n_ctx // 4)
-        tokens, truncated, where = self._prompt(req, n_ctx - room)
-        if len(tokens) >= n_ctx:
-            raise ApiError(400, f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}: "
-                                "shorten it, or restart the server with a larger --ctx", param=where)
-        sampling = req.sampling
-        seed = req.seed if req.seed is not None else secrets.randbits(31)
-        if not req.cache_prompt:
-            pair.reset()
-        reply = Reply(req, self.cfg.model, pair.config.proposer, seed, len(tokens), truncated)
-        if req.max_tokens == 0:  # llama.vim's warm-up: read the prompt into the cache, write nothing
-            job.emit("start", reply)
-            job.emit("done", self._prefill_only(pair, tokens))
-            return
-        gen = GenConfig(sampling=sampling, max_tokens=req.max_tokens or n_ctx, draft_max=self.cfg.draft_max,
-                        stop=req.stop, seed=seed, adaptive=self.cfg.adaptive, rule=self.cfg.rule)
-        stops = (EditorStops(n_indent=req.n_indent, suffix=req.input_suffix, t_max_predict_ms=req.t_max_predict_ms)
-                 if req.kind == "infill" else None)
-        session = Session(pair, tokens, gen, pair.new_proposer(store=self.store),
-                          stops=stops, cancelled=job.cancel.is_set)
-        job.emit("start", reply)
-        between = self._between_steps if self.editor_seq and req.kind != "infill" else None
-
-        def on_step(step, stats):
-            if step.text:
-                job.emit("step", step.segments)  # the text by origin: drafted and accepted, or the target's
-            if between is not None and step.finish_reason is None:
-                between()
-
-        session.run(on_step)
-        self.store.add(tokens, session.tokens)
-        job.emit("done", session)
 
     @staticmethod
     def _prefill_only(pair: Pair, tokens: list[int]) -> Session:

@@ -1,0 +1,253 @@
+"""Several generations at once on one pair: every running request's rows
+in one target batch a round (continuous batching, as llama-server's slots).
+
+Each request is a `Stream`: its own sequence in both models' contexts, its
+own `Generation` (context, seed, rule, stops, policy) and proposer.  A
+round (`Batch.round`):
+
+  1. a request that has just arrived reads its prompt in chunks, inside
+     the round's batch (rows not read), so a long prompt does not hold up
+     the others' tokens: at most `chunk` prompt tokens a round;
+  2. each running request's policy chooses its draft knowing the batch
+     around it (core.policy.Load: the others' rows, their expected tokens
+     and their drafting time) -- a draft must make the whole batch faster,
+     and its own request faster than a plain step at that load, so as the
+     batch grows speculation shrinks, and stops by itself where rows cost
+     as much as tokens; its proposer drafts (draft models together, one
+     draft batch a position: proposers.draft.draft_together);
+  3. the target decodes every request's [last token, draft...] in ONE
+     llama_decode (Model.decode_batch);
+  4. each request's rule keeps the longest valid prefix of its own draft
+     from its own rows, and its sequence is rewound on its own;
+  5. the cost model learns c(all the batch's rows) once.
+
+A request joins at the next round and leaves the moment it ends.  One
+request running alone goes through engine.step, exactly as `generate`.
+
+The text of a request does not depend on what runs beside it, but for
+rounding: its rows come from a batch of another shape than alone, and a
+matrix product's sums may round differently there; the coupled rule's
+choice moves only where two tokens' logits were within that rounding (a
+near-tie).  `--deterministic` runs one request at a time (see serve).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..core.policy import ALONE, Load, expected_tokens
+from ..core.tokens import common_prefix
+from .engine import Generation, Round, Step, step as one_step
+from .proposers.base import EMPTY, Proposal
+
+CHUNK = 256  # prompt tokens read a round, over all the requests that are reading
+
+
+@dataclass(eq=False)
+class Stream:
+    """One request in the batch."""
+
+    seq: int
+    gen: Generation
+    unread: list[int] = field(default_factory=list)  # prompt tokens not in the cache yet
+    evaluated: int = 0
+    read_s: float = 0.0
+    reading: bool = True
+    editor: bool = False
+    # this round's draft (Batch.round)
+    prop: Proposal = EMPTY
+    draft: list = field(default_factory=list)
+    draft_s: float = 0.0        # the user's wait for it (on a simulated clock, what the clock charges)
+    steady_s: float = 0.0       # what the policy learns of its cost (proposers.base.Proposal.steady_s)
+    host_draft_s: float = 0.0
+
+    @property
+    def context(self) -> list[int]:
+        return self.gen.context
+
+
+class Batch:
+    """The requests running on `pair` now (see the module's docstring)."""
+
+    def __init__(self, pair, *, chunk: int = CHUNK, turns: bool = False):
+        self.pair, self.target = pair, pair.target
+        self.chunk = max(1, min(chunk, self.target.n_batch // 2))
+        # take turns, one request's target batch a round, instead of one
+        # batch for all (--deterministic: a batch holding another sequence's
+        # rows is not bitwise one sequence's)
+        self.turns = turns
+        self._turn = 0
+        self.streams: list[Stream] = []
+        self.rounds = 0
+        self.last_rows = 0      # the target batch's size in the last round
+        self.last_s = 0.0       # and its seconds (drafting included)
+
+    def add(self, seq: int, gen: Generation, *, editor: bool = False) -> Stream:
+        """`gen` (made for sequence `seq`) joins at the next round; the part
+        of its prompt the sequence's cache already holds is not read again.
+        An `editor`'s request is planned first in each round (its draft
+        chosen before the others'): its latency comes first."""
+        if any(s.seq == seq for s in self.streams):
+            raise ValueError(f"sequence {seq} is busy")
+        t = self.target
+        t.use(seq)
+        prompt = gen.prompt[:-1]
+        keep = common_prefix(t.tokens, prompt)
+        t.truncate(keep)
+        s = Stream(seq, gen, unread=prompt[keep:], editor=editor)
+        at = sum(o.editor for o in self.streams) if editor else len(self.streams)
+        self.streams.insert(at, s)
+        if not s.unread:
+            self._ready(s)
+        return s
+
+    def drop(self, stream: Stream) -> None:
+        """`stream` leaves now (it ended, or its client went away)."""
+        if stream in self.streams:
+            self.streams.remove(stream)
+
+    def __len__(self) -> int:
+        return len(self.streams)
+
+    # -- a round ---------------------------------------------------------------
+    def round(self) -> list[tuple[Stream, Step]]:
+        """One target batch for every request: what each running one added."""
+        t0 = time.perf_counter()
+        if self.turns:
+            out = self._one_turn()
+            self.last_s = time.perf_counter() - t0
+            return out
+        reading = self._reading_parts()
+        running = [s for s in self.streams if not s.reading]
+        if not running and not reading:
+            return []
+        if len(running) == 1 and not reading:
+            out = [(running[0], self._alone(running[0]))]
+        else:
+            out = self._together(running, reading)
+        self.rounds += 1
+        self.last_s = time.perf_counter() - t0
+        return out
+
+    def _one_turn(self) -> list[tuple[Stream, Step]]:
+        """One request's round alone (its prompt read whole first), the
+        requests in turn."""
+        if not self.streams:
+            return []
+        s = self.streams[self._turn % len(self.streams)]
+        self._turn += 1
+        if s.reading:
+            self.target.use(s.seq)
+            t0 = time.perf_counter()
+            self.target.decode(s.unread)
+            s.evaluated, s.read_s, s.unread = len(s.unread), time.perf_counter() - t0, []
+            self._ready(s)
+        self.rounds += 1
+        return [(s, self._alone(s))]
+
+    def _reading_parts(self) -> list[tuple[Stream, list[int]]]:
+        """This round's prompt chunks: at most `chunk` tokens while others
+        run (their tokens wait for the batch), as many as a batch holds
+        while none does."""
+        budget = self.chunk if any(not s.reading for s in self.streams) else self.target.n_batch
+        parts = []
+        for s in self.streams:
+            if s.reading and budget > 0:
+                take = s.unread[:budget]
+                parts.append((s, take))
+                budget -= len(take)
+        return parts
+
+    def _ready(self, s: Stream) -> None:
+        s.reading = False
+        self.pair.use(s.seq)
+        s.gen.prompt_read(s.evaluated, s.read_s)
+
+    def _alone(self, s: Stream) -> Step:
+        """One request: `generate`'s round, its fast paths included."""
+        g = s.gen
+        self.pair.use(s.seq)
+        self.target.candidates_k = g.candidates_k
+        if g.policy is not None:
+            g.policy.load = ALONE
+        r = one_step(self.target, g.proposer, g.policy, g.context, g.limit(), g.pick, g.cfg.clock)
+        self.last_rows = len(r.draft) + 1
+        return g.settle(r)
+
+    def _together(self, running: list[Stream], reading: list[tuple[Stream, list[int]]]) -> list[tuple[Stream, Step]]:
+        target, timer = self.target, self.target.timer
+        n_read = sum(len(tokens) for _, tokens in reading)
+        self._draft_all(running, n_read)
+        parts = [(s.seq, tokens, False) for s, tokens in reading]
+        parts += [(s.seq, [s.context[-1], *s.draft]) for s in running]
+        rows_n = sum(len(s.draft) + 1 for s in running)
+        t1, d1 = time.perf_counter(), timer.seconds
+        rows = target.decode_batch(parts)[len(reading):]
+        decoded_s = timer.seconds - d1
+        for s, tokens in reading:  # the prompt's chunk is in the cache
+            s.unread = s.unread[len(tokens):]
+            s.evaluated += len(tokens)
+            s.read_s += decoded_s * len(tokens) / (n_read + rows_n)
+        self.last_rows = rows_n + n_read
+        picks = []
+        for s, r in zip(running, rows):
+            picks.append(s.gen.pick(r, s.draft, s.prop))
+            target.use(s.seq)
+            target.truncate(len(s.context) + picks[-1][0])
+        t2 = time.perf_counter()
+        verify_s, host_verify = t2 - t1, max(t2 - t1 - (timer.seconds - d1), 0.0)
+        clock = running[0].gen.cfg.clock if running else None
+        if clock is not None:  # the simulated machine's price of the whole batch, whoever's rows
+            verify_s = clock.verify_s(rows_n + n_read) + host_verify
+        cost = target.costs
+        if cost is not None and clock is None and not reading:
+            cost.observe_verify(rows_n, verify_s)
+        out = []
+        for s, r, (n_acc, token) in zip(running, rows, picks):
+            g = s.gen
+            if g.policy is not None:
+                # what this request's rows alone would have cost at the pace the batch showed
+                share = verify_s * g.policy.cost.c(len(s.draft) + 1) / g.policy.cost.c(max(rows_n, 1))
+                g.policy.observe(s.prop.source, drafted=len(s.draft), accepted=n_acc,
+                                 draft_s=s.steady_s, verify_s=share, batch=True)
+            rnd = Round(s.draft, n_acc, token, s.prop.source, s.draft_s, verify_s, r,
+                        s.host_draft_s + host_verify, s.host_draft_s)
+            out.append((s, g.settle(rnd, r)))
+        for s, _ in reading:
+            if not s.unread:
+                self._ready(s)
+        return out
+
+    def _draft_all(self, running: list[Stream], n_read: int) -> None:
+        """Each running request's draft, its policy told the batch around it."""
+        timer = self.target.timer
+        planned: list[tuple[int, float, float]] = []  # (rows, expected tokens, drafting s) of those planned
+        for i, s in enumerate(running):
+            g = s.gen
+            t0, d0 = time.perf_counter(), timer.seconds
+            self.pair.use(s.seq)
+            k = g.limit()
+            policy = g.policy
+            if policy is not None:
+                later = len(running) - i - 1  # not planned yet: taken as plain
+                policy.load = Load(rows=n_read + sum(p[0] for p in planned) + later,
+                                   tokens=sum(p[1] for p in planned) + later,
+                                   extra_s=sum(p[2] for p in planned))
+            cands = g.proposer.candidates(g.context) if k > 0 else []
+            cand, k = policy.choose(cands, k) if policy else (cands[0] if cands else None, k)
+            keep_going = ((lambda chain, source=None, p=policy, c=cand: p.keep_going(source or c.source, chain))
+                          if policy and cand else None)
+            s.prop = (g.proposer.draft(g.context, cand, min(k, cand.limit), keep_going)
+                      if cand and k > 0 else EMPTY)
+            s.draft = s.prop.tokens[:k]
+            s.draft_s = time.perf_counter() - t0
+            s.host_draft_s = max(s.draft_s - (timer.seconds - d0), 0.0)
+            s.steady_s = s.draft_s if s.prop.steady_s is None else s.prop.steady_s
+            clock = g.cfg.clock
+            if clock is not None:
+                s.draft_s = s.steady_s = clock.draft_s(s.prop.model_tokens, s.prop.model_read) + s.host_draft_s
+            expect = 1.0
+            if policy is not None and s.draft:
+                expect = expected_tokens(policy.chances(s.prop.source)[:len(s.draft)])
+            planned.append((len(s.draft) + 1, expect, s.steady_s))
