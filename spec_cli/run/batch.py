@@ -220,34 +220,79 @@ class Batch:
         return out
 
     def _draft_all(self, running: list[Stream], n_read: int) -> None:
-        """Each running request's draft, its policy told the batch around it."""
+        """Each running request's draft: its policy, told the batch around
+        it, chooses (in order: editors first, each after those before it);
+        then the draft model drafts for every request that chose it, all
+        together, and the other proposers (lookup, MTP) for each alone."""
         timer = self.target.timer
         planned: list[tuple[int, float, float]] = []  # (rows, expected tokens, drafting s) of those planned
+        plans = []
         for i, s in enumerate(running):
-            g = s.gen
-            t0, d0 = time.perf_counter(), timer.seconds
+            g, policy = s.gen, s.gen.policy
             self.pair.use(s.seq)
             k = g.limit()
-            policy = g.policy
             if policy is not None:
                 later = len(running) - i - 1  # not planned yet: taken as plain
                 policy.load = Load(rows=n_read + sum(p[0] for p in planned) + later,
                                    tokens=sum(p[1] for p in planned) + later,
                                    extra_s=sum(p[2] for p in planned))
+            t0 = time.perf_counter()
             cands = g.proposer.candidates(g.context) if k > 0 else []
             cand, k = policy.choose(cands, k) if policy else (cands[0] if cands else None, k)
-            keep_going = ((lambda chain, source=None, p=policy, c=cand: p.keep_going(source or c.source, chain))
-                          if policy and cand else None)
-            s.prop = (g.proposer.draft(g.context, cand, min(k, cand.limit), keep_going)
-                      if cand and k > 0 else EMPTY)
-            s.draft = s.prop.tokens[:k]
-            s.draft_s = time.perf_counter() - t0
-            s.host_draft_s = max(s.draft_s - (timer.seconds - d0), 0.0)
-            s.steady_s = s.draft_s if s.prop.steady_s is None else s.prop.steady_s
-            clock = g.cfg.clock
-            if clock is not None:
-                s.draft_s = s.steady_s = clock.draft_s(s.prop.model_tokens, s.prop.model_read) + s.host_draft_s
-            expect = 1.0
-            if policy is not None and s.draft:
-                expect = expected_tokens(policy.chances(s.prop.source)[:len(s.draft)])
-            planned.append((len(s.draft) + 1, expect, s.steady_s))
+            k = min(k, cand.limit) if cand else 0
+            rows, expect, extra = 1, 1.0, 0.0
+            if cand and k > 0 and policy is not None:
+                rows += k
+                expect = expected_tokens(policy.chances(cand.source)[:k])
+                extra = policy.draft_s.get(cand.source, 0.0) * k
+            planned.append((rows, expect, extra))
+            plans.append((s, cand, k, time.perf_counter() - t0))
+        together, alone = [], []
+        for s, cand, k, spent in plans:
+            s.prop, s.draft, s.draft_s, s.steady_s, s.host_draft_s = EMPTY, [], spent, spent, spent
+            if not cand or k <= 0:
+                continue
+            batched = getattr(s.gen.proposer, "batched", None)
+            dm = batched(cand) if batched is not None else None
+            (together if dm is not None else alone).append((s, cand, k, dm))
+        if len(together) == 1:  # one draft model's draft: as alone (its fast path)
+            alone, together = alone + together, []
+        for s, cand, k, _ in alone:
+            t0, d0 = time.perf_counter(), timer.seconds
+            self.pair.use(s.seq)
+            s.prop = s.gen.proposer.draft(s.gen.context, cand, k, self._keep_going(s.gen.policy, cand))
+            self._drafted(s, k, time.perf_counter() - t0, timer.seconds - d0)
+        if together:
+            from .proposers.draft import draft_together
+
+            t0, d0 = time.perf_counter(), timer.seconds
+            props = draft_together([(dm, s.seq, s.gen.context, cand, k, self._keep_going(s.gen.policy, cand))
+                                    for s, cand, k, dm in together])
+            spent, decoded = time.perf_counter() - t0, timer.seconds - d0
+            total = max(sum(len(p.tokens) for p in props), 1)
+            clock = together[0][0].gen.cfg.clock
+            if clock is not None:  # the simulated draft model's batches, a position each
+                charged = clock.draft_batch_s([len(p.tokens) for p in props])
+            for (s, cand, k, _), prop in zip(together, props):
+                s.prop = prop
+                share = len(prop.tokens) / total
+                self._drafted(s, k, spent * share, decoded * share)
+                if clock is not None:
+                    s.draft_s = s.steady_s = charged * share + s.host_draft_s
+
+    @staticmethod
+    def _keep_going(policy, cand):
+        if policy is None:
+            return None
+        return lambda chain, source=None: policy.keep_going(source or cand.source, chain)
+
+    @staticmethod
+    def _drafted(s: Stream, k: int, seconds: float, decoded: float) -> None:
+        """`s`'s draft is in: its tokens, and what it cost."""
+        s.draft = s.prop.tokens[:k]
+        s.draft_s += seconds
+        s.host_draft_s = max(s.draft_s - decoded, 0.0)
+        s.steady_s = s.draft_s if s.prop.steady_s is None else s.prop.steady_s
+        clock = s.gen.cfg.clock
+        if clock is not None:
+            s.draft_s = s.steady_s = clock.draft_s(s.prop.model_tokens, s.prop.model_read) + s.host_draft_s

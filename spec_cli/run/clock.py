@@ -66,6 +66,12 @@ class Clock:
         return (self._c(self.draft_ms, self.draft_row_ms, max(read, 1))
                 + max(drafted - 1, 0) * self._c(self.draft_ms, self.draft_row_ms, 1))
 
+    def draft_batch_s(self, lengths: list[int]) -> float:
+        """Several sequences' drafts of these lengths, drafted together: a
+        draft batch a position, of as many rows as drafts reach it."""
+        return sum(self._c(self.draft_ms, self.draft_row_ms, sum(n > j for n in lengths))
+                   for j in range(max(lengths, default=0)))
+
     def catch_up_s(self, tokens: int) -> float:
         """What reading `tokens` more costs the draft beyond its usual step."""
         return 0.0 if tokens <= 2 else self._c(self.draft_ms, self.draft_row_ms, tokens)

@@ -175,6 +175,11 @@ class DraftModel:
         self._behind = len(context) - common_prefix(self.source.cached(), context)  # draft() reuses it
         return [Candidate(self.name, self.model.n_ctx - len(context), self.catch_up_s(self._behind))]
 
+    def batched(self, cand: Candidate) -> "DraftModel | None":
+        """Who drafts `cand` where several sequences draft together
+        (draft_together): this, when it drafts from a model of its own."""
+        return self if isinstance(self.source, ModelDrafts) and cand.source == self.name else None
+
     def draft(self, context: Sequence[int], cand: Candidate, k: int,
               keep_going: KeepGoing | None = None) -> Proposal:
         t0 = time.perf_counter()
@@ -219,3 +224,58 @@ class DraftModel:
             src.learn(steady / len(tokens))
         return Proposal(tokens, np.stack(rows) if rows else None, self.name, steady,
                         model_tokens=len(tokens), model_read=max(behind, 1))
+
+
+def draft_together(items) -> list[Proposal]:
+    """Several sequences' drafts from one draft model, one draft batch a
+    position (Model.decode_batch): item (DraftModel, seq, context,
+    candidate, k, keep_going), every DraftModel drafting from the same
+    model (`batched` said so).  Each draft is the one `DraftModel.draft`
+    would make for its sequence alone, but for the rounding of a batch of
+    another shape; the seconds are shared by the tokens drafted."""
+    if not items:
+        return []
+    model = items[0][0].model
+    t0 = time.perf_counter()
+    jobs = []
+    for dm, seq, context, cand, k, keep_going in items:
+        model.use(seq)
+        keep = min(common_prefix(model.tokens, context), len(context) - 1)
+        model.truncate(keep)
+        behind = len(context) - keep
+        if behind > 1:  # what it missed (a first draft after the prompt): read alone, then in the batch
+            model.decode(list(context[keep:-1]))
+        sampling = dm.sampling
+        jobs.append(dict(dm=dm, seq=seq, k=k, keep_going=keep_going, feed=context[-1], behind=behind,
+                         pos=len(context) - dm._prompt_len, sampling=sampling, seed=dm.decoding.seed,
+                         coupled=sampling.greedy or dm.decoding.rule == "gumbel",
+                         unsure=dm.p_min > 0.0 or keep_going is not None,
+                         tokens=[], rows=[], chain=[]))
+    active = list(jobs)
+    while active:
+        rows = model.decode_batch([(j["seq"], [j["feed"]]) for j in active])
+        going = []
+        for j, row in zip(active, rows):
+            i = len(j["tokens"])
+            if j["coupled"]:
+                c = choose(row[0], j["sampling"], j["seed"], j["pos"] + i, confidence=j["unsure"])
+                x, conf = c.token, c.confidence
+            else:
+                p = to_probs(row[0], j["sampling"])
+                x, conf = sample(p, j["dm"].rng), float(p.max())
+                j["rows"].append(p)
+            j["tokens"].append(x)
+            if len(j["tokens"]) >= j["k"]:
+                continue
+            if j["unsure"]:
+                j["chain"].append(conf)
+                if conf < j["dm"].p_min or (j["keep_going"] is not None and not j["keep_going"](j["chain"])):
+                    continue
+            j["feed"] = x
+            going.append(j)
+        active = going
+    seconds = time.perf_counter() - t0
+    total = sum(len(j["tokens"]) for j in jobs)
+    return [Proposal(j["tokens"], np.stack(j["rows"]) if j["rows"] else None, j["dm"].name,
+                     seconds * len(j["tokens"]) / total, model_tokens=len(j["tokens"]),
+                     model_read=max(j["behind"], 1)) for j in jobs]

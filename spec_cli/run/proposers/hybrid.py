@@ -38,6 +38,11 @@ class Hybrid:
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
         return self.lookup.candidates(context) + self.draft_model.candidates(context)
 
+    def batched(self, cand: Candidate):
+        """The draft model, for a candidate it drafts alone (draft.draft_together)."""
+        batched = getattr(self.draft_model, "batched", None)
+        return batched(cand) if batched is not None else None
+
     def draft(self, context, cand, k, keep_going=None) -> Proposal:
         if cand.source == self.draft_model.name:
             return self.draft_model.draft(context, cand, k, keep_going)
