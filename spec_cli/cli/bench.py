@@ -44,6 +44,11 @@ def bench(
         "--peer", help="Also run each prompt through llama-cpp-python's own generation loop "
                        "(Llama.create_completion) on the same file and settings, and report generation "
                        "speed against it.")] = None,
+    concurrency: Annotated[Optional[str], typer.Option(
+        "--concurrency", metavar="C,...",
+        help="Send the prompts C at a time instead (C clients, each sending its next prompt when answered, "
+             "all running in one batch a step as `serve --parallel C` runs them), e.g. 1,4,8: aggregate "
+             "tok/s and per-request latency next to the target alone at the same concurrency.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with a `sets` list.")] = False,
     html: Annotated[Optional[Path], typer.Option(
         "--html", help="Also write the result as one self-contained HTML report with plots.")] = None,
@@ -69,17 +74,23 @@ def bench(
     variants = variants_from(proposer, sweep_draft_max, [check_rule(r) for r in rule])
     if not variants:
         raise SpecError("nothing to compare: give a --proposer other than none")
+    levels = _levels(concurrency, variants, peer, html) if concurrency else None
     needs_draft = any(v.proposer in ("hybrid", "draft") for v in variants)
     base = "hybrid" if needs_draft else "mtp" if any(v.proposer == "mtp" for v in variants) else "ngram"
     pair = load(PairConfig(target=target, draft=draft, proposer=base, ctx=ctx, threads=threads,
                            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic,
-                           draft_if_it_pays=False), quiet=as_json)
+                           draft_if_it_pays=False, seqs=max(levels) if levels else 1), quiet=as_json)
     runner = None
     try:
         runner = Peer(pair.target) if peer else None
         simulated = load_clock(clock, pair) if clock else None
         gen = GenConfig(sampling=samp, max_tokens=max_tokens, draft_max=draft_max, seed=seed,
                         clock=simulated)
+        if levels:
+            _concurrent(pair, files, variants, levels, gen, n_prompts=n_prompts or None, as_json=as_json,
+                        target=target, deterministic=deterministic, temperature=temp, max_tokens=max_tokens,
+                        seed=seed)
+            return
         with render.spinner(enabled=not as_json) as progress:
             try:
                 sets = run_bench(pair, files, variants, n_prompts=n_prompts or None, gen_base=gen,
@@ -106,6 +117,55 @@ def bench(
         if runner is not None:
             runner.close()
         pair.close()
+
+
+def _levels(text: str, variants, peer, html) -> list[int]:
+    """--concurrency's list, checked before the models load."""
+    from ..run.bench import REFERENCES
+
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1 or max(levels) > 64:
+        raise SpecError(f"bad --concurrency {text!r}", hint="Give numbers from 1 to 64, e.g. 1,4,8.")
+    refs = [v.label for v in variants if v.proposer in REFERENCES]
+    if refs:
+        raise SpecError(f"--concurrency measures real proposers; {', '.join(refs)} need the target alone's "
+                        "text first", hint="Drop them, or run them without --concurrency.")
+    if peer or html:
+        raise SpecError("--concurrency writes its own table: --peer and --html go without it")
+    return levels
+
+
+def _concurrent(pair, files, variants, levels, gen, *, n_prompts, as_json, **meta) -> None:
+    from ..run.bench import load_prompts, machine
+    from ..run.bench.concurrent import add_ratios, problems, run_concurrent
+    from ..run.runner import prompt_tokens
+    from ..term import render
+
+    items = [(f"{f.name}:{item['id']}", prompt_tokens(pair.target, item["prompt"], raw=item["kind"] == "completion"))
+             for f in files for item in load_prompts(f, n_prompts)]
+    clock = gen.clock
+    with render.spinner(enabled=not as_json) as progress:
+        try:
+            rows = run_concurrent(pair, items, variants, levels, gen, on_progress=progress)
+        except KeyboardInterrupt:
+            raise SpecError("bench interrupted; no results", exit_code=130) from None
+    add_ratios(rows)
+    result = {"kind": "concurrency", **meta, "draft": pair.draft_name, "prompts": len(items),
+              "files": [str(f) for f in files], "clock": "real" if clock is None else clock.name,
+              "simulated": clock is not None, "machine": machine(), "rows": rows}
+    if as_json:
+        print(json.dumps(result, indent=1))
+    else:
+        render.wide_err().print(render.concurrency_table(result))
+    wrong = problems(rows, deterministic=meta["deterministic"])
+    if wrong:
+        render.error("output parted from the target alone where rounding cannot explain it: "
+                     "this is a bug in spec-cli\n" + "\n".join(wrong),
+                     "Please report it with the command and the prompt file.")
+        raise typer.Exit(2)
 
 
 def _checked(files: List[Path], clock: Optional[str], peer: Optional[str]) -> List[Path]:

@@ -70,8 +70,9 @@ class Stream:
 class Batch:
     """The requests running on `pair` now (see the module's docstring)."""
 
-    def __init__(self, pair, *, chunk: int = CHUNK, turns: bool = False):
+    def __init__(self, pair, *, chunk: int = CHUNK, turns: bool = False, clock=None):
         self.pair, self.target = pair, pair.target
+        self.clock = clock  # a simulated clock (clock.py) prices the rounds: every request's GenConfig.clock
         self.chunk = max(1, min(chunk, self.target.n_batch // 2))
         # take turns, one request's target batch a round, instead of one
         # batch for all (--deterministic: a batch holding another sequence's
@@ -82,6 +83,7 @@ class Batch:
         self.rounds = 0
         self.last_rows = 0      # the target batch's size in the last round
         self.last_s = 0.0       # and its seconds (drafting included)
+        self.charged_s = 0.0    # the same on the simulated clock where there is one, else on the wall
 
     def add(self, seq: int, gen: Generation, *, editor: bool = False) -> Stream:
         """`gen` (made for sequence `seq`) joins at the next round; the part
@@ -117,6 +119,8 @@ class Batch:
         if self.turns:
             out = self._one_turn()
             self.last_s = time.perf_counter() - t0
+            self.charged_s = self.last_s if self.clock is None else sum(
+                st.verify_s + st.draft_s + st.prefill_s for _, st in out)
             return out
         reading = self._reading_parts()
         running = [s for s in self.streams if not s.reading]
@@ -124,10 +128,12 @@ class Batch:
             return []
         if len(running) == 1 and not reading:
             out = [(running[0], self._alone(running[0]))]
+            charged = out[0][1].verify_s + out[0][1].draft_s
         else:
-            out = self._together(running, reading)
+            out, charged = self._together(running, reading)
         self.rounds += 1
         self.last_s = time.perf_counter() - t0
+        self.charged_s = self.last_s if self.clock is None else charged
         return out
 
     def _one_turn(self) -> list[tuple[Stream, Step]]:
@@ -175,7 +181,10 @@ class Batch:
         self.last_rows = len(r.draft) + 1
         return g.settle(r)
 
-    def _together(self, running: list[Stream], reading: list[tuple[Stream, list[int]]]) -> list[tuple[Stream, Step]]:
+    def _together(self, running: list[Stream], reading: list[tuple[Stream, list[int]]]
+                  ) -> tuple[list[tuple[Stream, Step]], float]:
+        """The round's one batch; returns each running request's step, and
+        what the simulated clock charges for the round (drafting included)."""
         target, timer = self.target, self.target.timer
         n_read = sum(len(tokens) for _, tokens in reading)
         self._draft_all(running, n_read)
@@ -197,7 +206,7 @@ class Batch:
             target.truncate(len(s.context) + picks[-1][0])
         t2 = time.perf_counter()
         verify_s, host_verify = t2 - t1, max(t2 - t1 - (timer.seconds - d1), 0.0)
-        clock = running[0].gen.cfg.clock if running else None
+        clock = self.clock
         if clock is not None:  # the simulated machine's price of the whole batch, whoever's rows
             verify_s = clock.verify_s(rows_n + n_read) + host_verify
         cost = target.costs
@@ -217,7 +226,7 @@ class Batch:
         for s, _ in reading:
             if not s.unread:
                 self._ready(s)
-        return out
+        return out, verify_s + sum(s.draft_s for s in running)
 
     def _draft_all(self, running: list[Stream], n_read: int) -> None:
         """Each running request's draft: its policy, told the batch around

@@ -144,6 +144,38 @@ def wide_err() -> Console:
     return err if err.is_terminal else Console(stderr=True, highlight=False, width=max(err.width, 200))
 
 
+def concurrency_table(result: dict) -> Table:
+    """`bench --concurrency`'s rows: each proposer next to the target alone
+    at the same number of clients."""
+    m = result["machine"]
+    temp = result["temperature"]
+    table = Table(title=f"spec-cli bench --concurrency: {result['target']} / draft {result['draft'] or '-'} — "
+                        f"{m['cpu']}, {m['cores']} cores, {result['prompts']} prompts, "
+                        f"{result['max_tokens']} tokens, " + ("greedy" if temp == 0 else f"temperature {temp}")
+                        + (", --deterministic (requests take turns)" if result["deterministic"] else "")
+                        + ", " + (f"[bold]SIMULATED clock {result['clock']}[/] (a round: one target batch of "
+                                  "all its rows at the profile's price, plus the drafting)"
+                                  if result["simulated"] else "real clock"),
+                  caption="C clients each send a prompt and the next when answered; tok/s: all tokens over the "
+                          "run's seconds; vs none: over the target alone at the same C; latency: a request's "
+                          "start to its last token; rows: target batch size per round; agree: requests with "
+                          "the target alone's exact tokens (margin: the widest top-1 minus top-2 gap where one "
+                          "parted)", caption_justify="left", title_justify="left")
+    for name, just in (("C", "right"), ("proposer", "left"), ("tok/s", "right"), ("vs none", "right"),
+                       ("latency med", "right"), ("worst", "right"), ("ttft med", "right"), ("rows", "right"),
+                       ("accept", "right"), ("agree", "center")):
+        table.add_column(name, justify=just)
+    for r in result["rows"]:
+        acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.0%} ({r['accepted']}/{r['drafted']})"
+        agree = f"{r['agree']}/{r['requests']}" + (f" ({r['max_divergence_margin']:.2f})"
+                                                    if r["agree"] < r["requests"] else "")
+        table.add_row(str(r["concurrency"]), r["proposer"], f"{r['tok_s']:.1f}",
+                      "-" if r["vs_none"] is None else f"{r['vs_none']:.2f}x",
+                      f"{r['latency_median_s']:.2f} s", f"{r['latency_max_s']:.2f} s",
+                      f"{r['ttft_median_s']:.2f} s", f"{r['rows_per_round']:.1f}", acc, agree)
+    return table
+
+
 def bench_table(result: dict) -> Table:
     m = result["machine"]
     mode = result.get("mode", "default") + " numerics"

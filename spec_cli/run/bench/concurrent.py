@@ -1,0 +1,138 @@
+"""`spec-cli bench --concurrency 1,4,8`: the prompts sent several at a
+time, as a server's clients send them.
+
+At concurrency C, C clients each send a prompt, wait for its answer and
+send the next, until every prompt is answered (a closed loop, as a chat
+UI's or an agent's clients); the requests run in one batch a round
+(run/batch.py), as `spec-cli serve --parallel C` runs them.  Each
+proposer is measured next to the target alone (`none`) at the same
+concurrency, one after the other, every run from empty KV caches.  Reported:
+aggregate tokens a second over the run (all tokens / the run's seconds),
+each request's latency (from its start to its last token) as median and
+worst, and the acceptance.  On a simulated clock (--clock) a round is
+charged the profile's price of one target batch of all its rows, whoever's
+they are, plus the drafting.
+
+Agreement: each request's tokens against the target alone's, generated
+one at a time with its margins; a divergence wider than rounding is a bug
+(bench.problems)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import statistics
+import time
+
+from ..batch import Batch
+from ..engine import Generation
+from . import NEAR_TIE, Run, Variant, divergence
+
+
+def run_concurrent(pair, items: list[tuple[str, list[int]]], variants: list[Variant], levels: list[int],
+                   gen_base, *, on_progress=None) -> list[dict]:
+    """One row per (concurrency, proposer), the target alone first at each."""
+    refs = _references(pair, items, gen_base, on_progress)
+    rows = []
+    for c in levels:
+        for v in [Variant("none"), *variants]:
+            if on_progress:
+                on_progress(f"concurrency {c}: {v.label}")
+            rows.append(_burst(pair, items, c, v, gen_base, refs))
+    return rows
+
+
+def _references(pair, items, gen_base, on_progress) -> dict[str, Run]:
+    """Each prompt's target alone, one at a time, with its margins."""
+    from ..session import Session
+
+    refs = {}
+    cfg = dataclasses.replace(gen_base, adaptive=False, margins=True, draft_max=0)
+    for i, (pid, tokens) in enumerate(items):
+        if on_progress:
+            on_progress(f"the target alone, prompt {i + 1}/{len(items)}")
+        pair.use(0)
+        pair.reset()
+        s = Session(pair, tokens, cfg, pair.new_proposer(name="none")).run()
+        refs[pid] = Run(s.tokens, s.stats, s.margins)
+    return refs
+
+
+def _burst(pair, items, clients: int, v: Variant, gen_base, refs: dict[str, Run]) -> dict:
+    clock = gen_base.clock
+    cfg = dataclasses.replace(gen_base, adaptive=v.fixed is None,
+                              draft_max=gen_base.draft_max if v.fixed is None else v.fixed, rule=v.rule)
+    for seq in range(pair.target.n_seq):
+        pair.use(seq)
+        pair.reset()
+    batch = Batch(pair, clock=clock, turns=pair.target.deterministic)
+    pending = collections.deque(items)
+    running: dict = {}  # stream -> [id, started, tokens, drafted, accepted, first token at]
+    done = []
+    now, t0 = 0.0, time.perf_counter()
+    rounds = rows = 0
+    while pending or running:
+        while pending and len(running) < clients:
+            pid, tokens = pending.popleft()
+            free = next(seq for seq in range(pair.target.n_seq) if all(r[6] != seq for r in running.values()))
+            g = Generation(pair.target, pair.new_proposer(name=v.proposer), tokens, cfg)
+            running[batch.add(free, g)] = [pid, now, [], 0, 0, None, free]
+        steps = batch.round()
+        rounds += 1
+        rows += batch.last_rows
+        now = now + batch.charged_s if clock is not None else time.perf_counter() - t0
+        for stream, step in steps:
+            r = running[stream]
+            r[2] += step.tokens
+            r[3] += step.drafted
+            r[4] += step.accepted
+            if r[5] is None and step.tokens:
+                r[5] = now - r[1]
+            if step.finish_reason is not None:
+                batch.drop(stream)
+                del running[stream]
+                done.append((r[0], now - r[1], r[5] or 0.0, r[2], r[3], r[4]))
+    seconds = now
+    latencies = [d[1] for d in done]
+    tokens = sum(len(d[3]) for d in done)
+    drafted, accepted = sum(d[4] for d in done), sum(d[5] for d in done)
+    margins = []
+    agree = 0
+    for pid, _, _, toks, _, _ in done:
+        m = divergence(refs[pid], Run(toks))
+        if m is None:
+            agree += 1
+        else:
+            margins.append(m)
+    return {"concurrency": clients, "proposer": v.label, "requests": len(done), "tokens": tokens,
+            "seconds": seconds, "tok_s": tokens / seconds if seconds > 0 else 0.0,
+            "latency_median_s": statistics.median(latencies) if latencies else 0.0,
+            "latency_max_s": max(latencies, default=0.0),
+            "ttft_median_s": statistics.median(d[2] for d in done) if done else 0.0,
+            "rounds": rounds, "rows_per_round": rows / rounds if rounds else 0.0,
+            "drafted": drafted, "accepted": accepted,
+            "acceptance": accepted / drafted if drafted else None,
+            "agree": agree, "max_divergence_margin": max(margins, default=0.0)}
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """Each row's aggregate tokens a second over the target alone's at the
+    same concurrency."""
+    alone = {r["concurrency"]: r["tok_s"] for r in rows if r["proposer"] == "none"}
+    for r in rows:
+        base = alone.get(r["concurrency"])
+        r["vs_none"] = r["tok_s"] / base if base else None
+
+
+def problems(rows: list[dict], *, deterministic: bool) -> list[str]:
+    """Where a request parted from the target alone beyond rounding."""
+    out = []
+    for r in rows:
+        name = f"concurrency {r['concurrency']}, {r['proposer']}"
+        if deterministic and r["agree"] < r["requests"]:
+            out.append(f"{name}: {r['requests'] - r['agree']} requests part from the target alone "
+                       "with --deterministic")
+        elif r["max_divergence_margin"] > NEAR_TIE:
+            out.append(f"{name}: a request parts from the target alone at a margin of "
+                       f"{r['max_divergence_margin']:.3f} logits (rounding explains at most {NEAR_TIE})")
+    return out
