@@ -31,13 +31,14 @@ KEY = "test-secret-key"
 
 
 class Server:
-    def __init__(self, model, env, *extra):
+    def __init__(self, model, env, *extra, deterministic=True):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.model = str(model)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "spec_cli", "serve", "--target", self.model, "--draft", self.model,
-             "--ctx", "2048", "--deterministic", "--port", str(self.port), "--quiet", *extra],
+             "--ctx", "2048", *(["--deterministic"] if deterministic else []), "--port", str(self.port),
+             "--quiet", *extra],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 180
         while time.time() < deadline:

@@ -1,0 +1,193 @@
+"""Many requests at once, for real: several sequences in one llama.cpp
+context, every running request's rows in one target batch a round
+(run/batch.py), in process and through `spec-cli serve --parallel`.
+
+By default a request's text is the target alone's up to rounding: a batch
+of another shape may round a logit differently, and the coupled rule's
+choice moves only at a near-tie, so wherever a request parts from the
+target alone the target's top-1 minus top-2 margin there must be within
+bench's NEAR_TIE.  With --deterministic the requests take turns and each
+text is bit for bit `generate --deterministic`'s (test_serve.py)."""
+
+import http.client
+import json
+import os
+import re
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from test_serve import Server, read_stream, stream_long
+
+PROMPTS = ["def fibonacci(n):", "The capital of France is", "A list of fruits:\n1.", "import numpy as np\n",
+           "Once upon a time, in a small village,"]
+
+
+@pytest.fixture(scope="module")
+def pair(smollm_path):
+    from spec_cli.run.config import PairConfig
+    from spec_cli.run.runner import load_pair
+
+    p = load_pair(PairConfig(target=str(smollm_path), draft=str(smollm_path), proposer="hybrid", ctx=1024,
+                             seqs=4))
+    yield p
+    p.close()
+
+
+def _alone(pair, tokens, cfg):
+    from spec_cli.run.session import Session
+    import dataclasses
+
+    pair.use(0)
+    pair.reset()
+    ref = dataclasses.replace(cfg, adaptive=False, draft_max=0, margins=True)
+    return Session(pair, tokens, ref, pair.new_proposer(name="none")).run()
+
+
+@pytest.mark.parametrize("temp", [0.0, 0.8])
+def test_requests_in_one_batch_each_get_the_text_alone_gets(pair, temp):
+    """Four requests drafting 4 tokens every round with the draft model
+    (drafted together) and the lookup, two joining later (continuous
+    batching), one more when one leaves: each request's tokens are the
+    target alone's for its seed, or part from them at a near-tie."""
+    from spec_cli.core.sampling import SamplingConfig
+    from spec_cli.run.batch import Batch
+    from spec_cli.run.bench import NEAR_TIE, Run, divergence
+    from spec_cli.run.engine import GenConfig, Generation
+
+    vocab = pair.target.vocab
+    prompts = [vocab.tokenize(p, add_special=True, parse_special=False) for p in PROMPTS]
+    cfgs = [GenConfig(sampling=SamplingConfig(temperature=temp), max_tokens=40, seed=100 + i, adaptive=False,
+                      draft_max=4) for i in range(len(prompts))]
+    refs = [_alone(pair, t, c) for t, c in zip(prompts, cfgs)]
+    for seq in range(pair.target.n_seq):
+        pair.use(seq)
+        pair.reset()
+
+    batch = Batch(pair)
+    out, pending, free = {}, list(range(len(prompts))), list(range(pair.target.n_seq))
+    widest = drafted_together = 0
+    rounds = 0
+    while pending or len(batch):
+        # two at first, two more after three rounds, the fifth when a sequence is free
+        while pending and free and (rounds >= 3 or len(batch) < 2):
+            i = pending.pop(0)
+            seq = free.pop(0)
+            out[batch.add(seq, Generation(pair.target, pair.new_proposer(), prompts[i], cfgs[i]))] = (i, seq, [])
+        steps = batch.round()
+        rounds += 1
+        widest = max(widest, batch.last_rows)
+        drafted_together = max(drafted_together, sum(st.drafted > 0 for _, st in steps))
+        for stream, st in steps:
+            out[stream][2].extend(st.tokens)
+            if st.finish_reason is not None:
+                batch.drop(stream)
+                free.append(out[stream][1])
+    assert widest > 5 and drafted_together >= 2, "the requests did not share a batch with drafts"
+    for i, seq, tokens in out.values():
+        m = divergence(Run(refs[i].tokens, margins=refs[i].margins), Run(tokens))
+        assert m is None or m <= NEAR_TIE, f"request {i} parts from the target alone at a margin of {m}"
+
+
+# -- the server ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def batched(smollm_path):
+    """Default numerics, three requests at once."""
+    env = dict(os.environ)
+    env.pop("SPEC_CLI_API_KEY", None)
+    srv = Server(smollm_path, env, "--parallel", "3", deterministic=False)
+    yield srv
+    code, err = srv.stop()
+    assert code == 0 and "Traceback" not in err, err
+
+
+def _metrics(server) -> dict[str, float]:
+    """/metrics read as Prometheus' text format, strictly: every sample's
+    name was declared by a TYPE line before it; returns name{labels} -> value."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("GET", "/metrics")
+    r = conn.getresponse()
+    assert r.status == 200 and r.getheader("content-type").startswith("text/plain; version=0.0.4")
+    text = r.read().decode()
+    typed, out = set(), {}
+    sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? '
+                        r'(-?[0-9.eE+-]+|\+Inf|NaN)$')
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            name, kind = line.split()[2:4]
+            assert kind in ("counter", "gauge", "histogram")
+            typed.add(name)
+        elif line.startswith("#") or not line:
+            continue
+        else:
+            m = sample.match(line)
+            assert m, f"not a sample line: {line!r}"
+            base = re.sub(r"_(bucket|sum|count)$", "", m.group(1))
+            assert m.group(1) in typed or base in typed, f"{m.group(1)} has no TYPE line"
+            out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+def _total(metrics: dict, name: str) -> float:
+    return sum(v for k, v in metrics.items() if k == name or k.startswith(name + "{"))
+
+
+def test_requests_at_once_share_rounds_and_metrics_count_them(batched):
+    before = _metrics(batched)
+
+    def ask(prompt):
+        return batched.post("/v1/completions", {"prompt": prompt, "max_tokens": 48, "temperature": 0})
+
+    with ThreadPoolExecutor(3) as pool:
+        replies = list(pool.map(ask, PROMPTS[:3]))
+    assert all(status == 200 for status, _, _ in replies)
+    after = _metrics(batched)
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    assert _total(d, "spec_cli_requests_total") == 3
+    assert _total(d, "spec_cli_tokens_generated_total") == sum(r["usage"]["completion_tokens"] for _, r, _ in replies)
+    rounds = _total(d, "spec_cli_rounds_total")
+    # three requests of 48 tokens in far fewer rounds than 144 one-token steps: they shared batches
+    assert 0 < rounds < sum(r["usage"]["completion_tokens"] for _, r, _ in replies)
+    assert after["spec_cli_slots"] == 3 and after["spec_cli_slots_busy"] == 0
+    assert after['spec_cli_round_seconds_bucket{le="+Inf"}'] == after["spec_cli_round_seconds_count"]
+
+
+def test_a_client_that_leaves_mid_batch_frees_its_slot_and_the_others_go_on(batched):
+    _, alone, _ = batched.post("/v1/completions", {"prompt": PROMPTS[4], "max_tokens": 200, "temperature": 0})
+    staying = stream_long(batched, max_tokens=200, prompt=PROMPTS[4])
+    leaving = stream_long(batched, max_tokens=1900, prompt=PROMPTS[0])
+    busy = [s for s in batched.get("/slots")[1] if s["busy"]]
+    assert len(busy) == 2 and {s["kind"] for s in busy} == {"completion"}
+    leaving.sock.shutdown(socket.SHUT_RDWR)
+    leaving.close()
+    deadline = time.time() + 10
+    while batched.get("/health")[1]["running"] > 1 and time.time() < deadline:
+        time.sleep(0.05)
+    text = read_stream(staying)  # the one left goes on to its end, alone in the batch now
+    assert batched.get("/health")[1]["running"] == 0
+    assert len(text) > 0 and text[:20] == alone["choices"][0]["text"][:20]
+    slots = batched.get("/slots")[1]
+    assert not any(s["busy"] for s in slots) and max(s["cached_tokens"] for s in slots) > 0
+
+
+@pytest.fixture(scope="module")
+def small_queue(smollm_path):
+    srv = Server(smollm_path, dict(os.environ), "--parallel", "2", "--queue", "2")
+    yield srv
+    srv.stop()
+
+
+def test_a_burst_past_the_queue_gets_503s_and_the_others_their_whole_text(small_queue):
+    srv = small_queue
+    body = {"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0}
+    _, alone, _ = srv.post("/v1/completions", body)
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(lambda _: srv.post("/v1/completions", body), range(8)))
+    served = [r for s, r, _ in replies if s == 200]
+    refused = [(r, h) for s, r, h in replies if s == 503]
+    assert len(served) + len(refused) == 8 and len(served) >= 4 and refused
+    assert all(r["choices"][0]["text"] == alone["choices"][0]["text"] for r in served)  # --deterministic
+    assert all(r["error"]["type"] == "unavailable_error" and int(h["Retry-After"]) >= 1 for r, h in refused)
