@@ -41,7 +41,7 @@ from ..core.tokens import common_prefix
 from .engine import Generation, Round, Step, step as one_step
 from .proposers.base import EMPTY, Proposal
 
-CHUNK = 256  # prompt tokens read a round, over all the requests that are reading
+CHUNK = 128  # prompt tokens read a round, over all the requests that are reading
 
 
 @dataclass(eq=False)

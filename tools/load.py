@@ -1,0 +1,101 @@
+"""Many chat clients at once against any OpenAI-compatible server
+(`spec-cli serve`, llama-server), as a chat UI's or an agent's clients:
+
+    python tools/load.py --url http://127.0.0.1:8012 --clients 1,2,4,8 \\
+        -p ../shared/bench/mt-bench.jsonl -p ../shared/bench/code-edit.jsonl --n 8 --max-tokens 96
+
+At C clients, each sends a prompt, waits for its whole answer
+(/v1/chat/completions, greedy, not streamed) and sends the next, until
+every prompt was answered once (a closed loop).  Reported per C: aggregate
+completion tokens a second over the run, each request's latency (request
+to last byte) as median and worst, and the completion tokens (a server that
+stops at an end-of-generation token writes fewer).  Each prompt is sent
+once before the runs, so every server finds the same warm state.
+
+Wall clock on this machine; nothing here is asserted.  Run one server at a
+time, with nothing else heavy on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+
+
+def load_prompts(paths: list[str], n: int) -> list[str]:
+    """The first n chat prompts of each file (completion prompts are asked as chats too)."""
+    out = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            items = [json.loads(line) for line in f if line.strip()]
+        out += [item["prompt"] for item in items[:n]]
+    return out
+
+
+def ask(url: str, prompt: str, max_tokens: int) -> tuple[int, float]:
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
+            "seed": 1, "stream": False}
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=1800) as r:
+        reply = json.loads(r.read())
+    return reply["usage"]["completion_tokens"], time.perf_counter() - t0
+
+
+def run(url: str, prompts: list[str], clients: int, max_tokens: int) -> dict:
+    todo = list(enumerate(prompts))
+    lock = threading.Lock()
+    done: list[tuple[int, int, float]] = []
+
+    def client():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i, prompt = todo.pop(0)
+            tokens, seconds = ask(url, prompt, max_tokens)
+            with lock:
+                done.append((i, tokens, seconds))
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    latencies = [s for _, _, s in done]
+    tokens = sum(t for _, t, _ in done)
+    return {"clients": clients, "requests": len(done), "tokens": tokens, "seconds": round(wall, 2),
+            "tok_s": round(tokens / wall, 2), "latency_median_s": round(statistics.median(latencies), 2),
+            "latency_max_s": round(max(latencies), 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--clients", default="1,2,4,8")
+    ap.add_argument("-p", "--prompts", action="append", required=True)
+    ap.add_argument("--n", type=int, default=8, help="prompts from each file")
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--label", default="")
+    ap.add_argument("--no-warm", action="store_true", help="skip sending each prompt once before")
+    args = ap.parse_args()
+    prompts = load_prompts(args.prompts, args.n)
+    if not args.no_warm:
+        for p in prompts:
+            ask(args.url, p, 1)
+    for c in (int(x) for x in args.clients.split(",")):
+        row = {"label": args.label, **run(args.url, prompts, c, args.max_tokens)}
+        print(json.dumps(row), flush=True)
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
