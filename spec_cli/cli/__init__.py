@@ -17,6 +17,7 @@ from .bench import bench, report
 from .chat import chat
 from .complete import complete
 from .generate import generate
+from .rpcserver import rpc_server
 from .models import models_app
 from .serve import serve
 
@@ -32,6 +33,7 @@ def _short(command) -> str:
 
 for command in (generate, chat, complete, serve, bench, report):
     app.command(short_help=_short(command))(command)
+app.command("rpc-server", short_help=_short(rpc_server))(rpc_server)
 app.add_typer(models_app, name="models")
 
 

@@ -59,6 +59,34 @@ Rule = Annotated[str, typer.Option(
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr but errors.")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of streaming text.")]
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens to generate.")]
+Rpc = Annotated[Optional[str], typer.Option(
+    "--rpc", envvar="SPEC_CLI_RPC", show_envvar=True, metavar="HOST:PORT,...",
+    help="Spread the target's layers over llama.cpp RPC servers (spec-cli rpc-server on each machine); "
+         "the draft model, MTP block and lookup stay here.")]
+TensorSplit = Annotated[Optional[str], typer.Option(
+    "--tensor-split", metavar="W,W,...", help="With --rpc: each server's share of the layers, e.g. 3,1 "
+                                               "(default: by each one's free memory).")]
+
+
+def placement(rpc: str | None, tensor_split: str | None) -> dict:
+    """--rpc and --tensor-split as PairConfig fields, checked before
+    anything loads (the servers themselves are greeted at load)."""
+    from ..llama.rpc import parse
+
+    endpoints = parse(rpc)
+    split: tuple[float, ...] = ()
+    if tensor_split:
+        if not endpoints:
+            raise SpecError("--tensor-split weighs the --rpc servers: give --rpc too")
+        try:
+            split = tuple(float(x) for x in tensor_split.split(","))
+        except ValueError:
+            split = ()
+        if len(split) != len(endpoints) or min(split) < 0 or sum(split) <= 0:
+            raise SpecError(f"bad --tensor-split {tensor_split!r}",
+                            hint=f"Give {len(endpoints)} non-negative weights, one per --rpc server, e.g. "
+                                 + ",".join(["1"] * len(endpoints)) + ".")
+    return {"rpc": endpoints, "tensor_split": split}
 
 
 def load(cfg: PairConfig, *, quiet: bool, rule: str = "gumbel"):
@@ -68,6 +96,14 @@ def load(cfg: PairConfig, *, quiet: bool, rule: str = "gumbel"):
     from ..term import render
 
     check_rule(rule)
+    if cfg.rpc:
+        from ..llama import rpc
+
+        rpc.require()  # before any download
+        rpc.on_abort(lambda message: render.error(
+            f"an RPC server stopped answering ({', '.join(rpc.unreachable(cfg.rpc) or cfg.rpc)}): llama.cpp "
+            f"cannot go on without the layers it held" + (f" [{message.split(': ', 1)[-1]}]" if message else ""),
+            "Check that server (restart spec-cli rpc-server there), then run the command again."))
     with render.download_progress(enabled=not quiet) as progress:
         pair = load_pair(cfg, progress=progress)
     for line in pair.notes if not quiet else ():

@@ -12,7 +12,7 @@ import typer
 
 from ..errors import SpecError
 from ..run.config import PairConfig
-from .common import (load, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLayers, DraftMax, Fixed, GpuLayers,
+from .common import (placement, Rpc, TensorSplit, load, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLayers, DraftMax, Fixed, GpuLayers,
                      PMin, ProposerName, Quiet, Rule, Target, Threads)
 
 
@@ -44,7 +44,7 @@ def serve(
         help="Requests generated at once, each in a KV sequence of its own, all in one target batch a step "
              "(each costs a --ctx of KV cache in each model).")] = 4,
     draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
-    ctx: Ctx = 4096, threads: Threads = 0, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
+    ctx: Ctx = 4096, threads: Threads = 0, rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
 ) -> None:
     """Serve the pair over HTTP: the OpenAI API for chat clients and the
@@ -73,7 +73,7 @@ def serve(
         render.note(f"warning: listening on {host}: anyone who can reach this machine can use the models"
                     + ("" if api_key else " (no --api-key set)"))
     _check_port(host, port)
-    pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
+    pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads, **placement(rpc, tensor_split),
                            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min,
                            deterministic=deterministic, seqs=parallel), quiet=quiet, rule=rule)
     name = os.path.basename(target)[:-5] if target.endswith(".gguf") else target

@@ -41,3 +41,8 @@ class LoadConfig:
     # target's hidden state at every position, for MTPHead (a file without
     # such layers loads as usual)
     mtp: bool = False
+    # llama.cpp RPC servers (HOST:PORT) to spread the layers over
+    # (llama.cpp's layer split, weighed by tensor_split); a model loaded
+    # while they are registered but not given them stays on this machine
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()

@@ -119,6 +119,7 @@ class Model:
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = cfg.gpu_layers if cfg.gpu_layers >= 0 else 1_000_000
         mparams.load_mtp = cfg.mtp
+        placed = self._place(mparams)  # kept alive until the weights are loaded
         self.bufts = cfg.extra_bufts
         if self.bufts is None:
             from .cpucheck import verdict
@@ -126,13 +127,40 @@ class Model:
             self.bufts, self.note = decided.bufts, decided.note
         overrides = bufts.apply(mparams, self.bufts, self.path)
         ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
-        del overrides
+        del overrides, placed
         if not ptr:
             raise SpecError(f"llama.cpp could not load {self.path}",
                             hint="The file may be truncated or of an architecture this "
                                  "llama.cpp build does not know; set SPEC_CLI_DEBUG=1 to see why.")
         release_file_pages(self.path)
         return ptr
+
+    def _place(self, mparams):
+        """Which devices the layers go to: the RPC servers' (all layers
+        there, unless gpu_layers says how many), or, while RPC servers are
+        registered in this process, this machine's only (a draft model).
+        Returns what must stay alive while the weights load."""
+        from . import rpc
+
+        cfg = self.config
+        self.devices: list[str] = []  # where the layers went, for the start-up line and `models info`
+        if cfg.rpc:
+            devs = rpc.add_servers(cfg.rpc)
+            self.devices = [rpc.describe(d) for d in devs]
+            if cfg.gpu_layers == 0:
+                mparams.n_gpu_layers = 1_000_000
+            arr = rpc.device_array(devs)
+            mparams.devices = ctypes.cast(arr, ctypes.c_void_p)
+            split = None
+            if cfg.tensor_split:
+                split = (ctypes.c_float * llama_cpp.llama_max_devices())(*cfg.tensor_split)
+                mparams.tensor_split = split
+            return arr, split
+        if rpc.registered():
+            arr = rpc.device_array(rpc.local_devices())
+            mparams.devices = ctypes.cast(arr, ctypes.c_void_p)
+            return arr
+        return None
 
     def _new_context(self):
         cfg = self.config

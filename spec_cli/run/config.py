@@ -21,4 +21,8 @@ class PairConfig:
     # model can never pay here; True: it is then not even loaded (bench loads
     # it, for `--proposer draft`)
     draft_if_it_pays: bool = True
+    # llama.cpp RPC servers the target's layers spread over (HOST:PORT), and
+    # their weights in the split; the draft, MTP block and lookup stay here
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()
     seqs: int = 1  # sequences per context, each with a KV cache of `ctx` tokens (serve: 2, editors apart)

@@ -150,7 +150,8 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
                   extra_bufts=verdict.bufts, n_seq=cfg.seqs)
     # the draft's numerics decide acceptance, never the output; the same
     # mode as the target's keeps a model drafting for itself always right
-    plan = Plan(target_path, LoadConfig(gpu_layers=cfg.gpu_layers, mtp=use_mtp, **common), draft_arg, draft_path,
+    plan = Plan(target_path, LoadConfig(gpu_layers=cfg.gpu_layers, mtp=use_mtp, rpc=cfg.rpc,
+                                        tensor_split=cfg.tensor_split, **common), draft_arg, draft_path,
                 LoadConfig(gpu_layers=cfg.draft_gpu_layers, **common), use_mtp,
                 [n for n in (verdict.note, cores.note(cfg.threads)) if n])
     if use_mtp and draft_arg is None:
@@ -172,6 +173,9 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
     from ..llama.lib import DecodeTimer
 
     plan = plan_pair(cfg, progress=progress)
+    if cfg.rpc:  # checked and registered before either model loads: the draft then stays here
+        from ..llama import rpc
+        rpc.add_servers(cfg.rpc)
     timer = DecodeTimer()  # both models' decode time, for the host's share of a step
     target, draft, why = _load_both(plan, timer, with_draft=not plan.defer)
 
