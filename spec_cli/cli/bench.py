@@ -100,6 +100,8 @@ def bench(
         result = report(pair, sets, target=target, deterministic=deterministic, rules=rule, max_tokens=max_tokens,
                         temperature=temp, top_k=samp.top_k, top_p=samp.top_p, min_p=samp.min_p, seed=seed,
                         draft_max=draft_max, clock=simulated, peer=runner)
+        if pair.config.rpc:
+            result["rpc"] = list(pair.config.rpc)
         if html is not None:
             from ..term import report as html_report
             html_report.write(result, html)
@@ -154,6 +156,7 @@ def _concurrent(pair, files, variants, levels, gen, *, n_prompts, as_json, **met
             raise SpecError("bench interrupted; no results", exit_code=130) from None
     add_ratios(rows)
     result = {"kind": "concurrency", **meta, "draft": pair.draft_name, "prompts": len(items),
+              "rpc": list(pair.config.rpc),
               "files": [str(f) for f in files], "clock": "real" if clock is None else clock.name,
               "simulated": clock is not None, "machine": machine(), "rows": rows}
     if as_json:

@@ -73,11 +73,16 @@ def serve(
         render.note(f"warning: listening on {host}: anyone who can reach this machine can use the models"
                     + ("" if api_key else " (no --api-key set)"))
     _check_port(host, port)
-    pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads, **placement(rpc, tensor_split),
-                           gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min,
-                           deterministic=deterministic, seqs=parallel), quiet=quiet, rule=rule)
+    cfg = PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
+                     **placement(rpc, tensor_split), gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
+                     p_min=p_min, deterministic=deterministic, seqs=parallel)
     name = os.path.basename(target)[:-5] if target.endswith(".gguf") else target
-    worker = Worker(pair, ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft, rule=rule))
+    # the worker's thread loads the pair: every llama.cpp call then comes from one
+    # thread (a second thread's decodes get a second OpenMP team, whose threads
+    # libgomp throttles once there are more than cores: measured 20 % slower)
+    worker = Worker(lambda: load(cfg, quiet=quiet, rule=rule),
+                    ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft, rule=rule))
+    pair = worker.pair
     try:
         from ..serve.access import Access, Protocol
 

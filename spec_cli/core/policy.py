@@ -225,6 +225,7 @@ class Load:
     rows: int = 0
     tokens: float = 0.0
     extra_s: float = 0.0
+    others: int = 0   # the other sequences: a one-time cost (a draft model's catch-up) stalls them too
 
 
 ALONE = Load()
@@ -311,7 +312,7 @@ class Policy:
         the tokens still to come, a one-time `setup_s` included?"""
         per_token = self.step_s(len(rates), d) / expected_tokens(rates)
         saved = self.plain_s() - per_token
-        return saved > 0 and saved * self.horizon > setup_s
+        return saved > 0 and saved * self.horizon > setup_s * (1 + self.load.others)
 
     def _best(self, rates: list[float], d: float, limit: int) -> int:
         best_k, best = 0, 1.0 / self.plain_s()

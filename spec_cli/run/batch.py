@@ -42,6 +42,11 @@ from .engine import Generation, Round, Step, step as one_step
 from .proposers.base import EMPTY, Proposal
 
 CHUNK = 128  # prompt tokens read a round, over all the requests that are reading
+# a request may fall this far behind what it would have got with no request
+# drafting (a share of those tokens, and at least FAIR_TOKENS); then the
+# requests ahead of it draft nothing until it is back within the bound
+FAIR_SHARE = 0.1
+FAIR_TOKENS = 4.0
 
 
 @dataclass(eq=False)
@@ -55,6 +60,10 @@ class Stream:
     read_s: float = 0.0
     reading: bool = True
     editor: bool = False
+    # fairness (Batch._fair): tokens this request got in shared rounds, and
+    # those it would have got in the same seconds with no request drafting
+    got: float = 0.0
+    owed: float = 0.0
     # this round's draft (Batch.round)
     prop: Proposal = EMPTY
     draft: list = field(default_factory=list)
@@ -186,6 +195,7 @@ class Batch:
         """The round's one batch; returns each running request's step, and
         what the simulated clock charges for the round (drafting included)."""
         target, timer = self.target, self.target.timer
+        t0 = time.perf_counter()
         n_read = sum(len(tokens) for _, tokens in reading)
         self._draft_all(running, n_read)
         parts = [(s.seq, tokens, False) for s, tokens in reading]
@@ -226,7 +236,9 @@ class Batch:
         for s, _ in reading:
             if not s.unread:
                 self._ready(s)
-        return out, verify_s + sum(s.draft_s for s in running)
+        charged = verify_s + sum(s.draft_s for s in running)
+        self._fair(out, charged if clock is not None else time.perf_counter() - t0, n_read)
+        return out, charged
 
     def _draft_all(self, running: list[Stream], n_read: int) -> None:
         """Each running request's draft: its policy, told the batch around
@@ -236,17 +248,22 @@ class Batch:
         timer = self.target.timer
         planned: list[tuple[int, float, float]] = []  # (rows, expected tokens, drafting s) of those planned
         plans = []
+        behind = [s for s in running if s.owed - s.got > max(FAIR_TOKENS, FAIR_SHARE * s.owed)]
         for i, s in enumerate(running):
             g, policy = s.gen, s.gen.policy
             self.pair.use(s.seq)
-            k = g.limit()
+            k = g.limit() if not behind or s in behind else 0  # a request fell behind: the others wait
             if policy is not None:
                 later = len(running) - i - 1  # not planned yet: taken as plain
                 policy.load = Load(rows=n_read + sum(p[0] for p in planned) + later,
                                    tokens=sum(p[1] for p in planned) + later,
-                                   extra_s=sum(p[2] for p in planned))
+                                   extra_s=sum(p[2] for p in planned), others=len(running) - 1)
             t0 = time.perf_counter()
             cands = g.proposer.candidates(g.context) if k > 0 else []
+            if len(running) > 1:
+                # a draft model that would first read what it missed (a new request's
+                # prompt) does not draft here: every request in the batch would wait for it
+                cands = [c for c in cands if c.setup_s == 0.0]
             cand, k = policy.choose(cands, k) if policy else (cands[0] if cands else None, k)
             k = min(k, cand.limit) if cand else 0
             rows, expect, extra = 1, 1.0, 0.0
@@ -288,6 +305,21 @@ class Batch:
                 self._drafted(s, k, spent * share, decoded * share)
                 if clock is not None:
                     s.draft_s = s.steady_s = charged * share + s.host_draft_s
+
+    def _fair(self, out: list[tuple[Stream, Step]], seconds: float, n_read: int) -> None:
+        """Count what each request got this round against what it would have
+        got in the same seconds had no request drafted: a round of one row
+        each (and the same prompt chunk), as the cost model prices it."""
+        if len(out) < 2:
+            return
+        rows = len(out) + n_read
+        plain_s = self.clock.verify_s(rows) if self.clock is not None else (
+            self.target.costs.c(rows) if self.target.costs is not None else 0.0)
+        if plain_s <= 0:
+            return
+        for s, st in out:
+            s.owed += seconds / plain_s
+            s.got += len(st.tokens)
 
     @staticmethod
     def _keep_going(policy, cand):

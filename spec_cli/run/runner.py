@@ -201,6 +201,9 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
         if draft is not None:
             draft.close()
         raise
+    if cfg.rpc:
+        plan.notes.append(f"note: {target.path.name}'s layers on {', '.join(target.devices)} "
+                          f"(RPC: {', '.join(cfg.rpc)})" + (f"; {draft.path.name} here" if draft is not None else ""))
     return Pair(target, draft, cfg, plan.draft_arg if draft is not None else None, plan.notes, plan.draft_pays,
                 mtp=plan.use_mtp)
 

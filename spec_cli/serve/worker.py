@@ -28,6 +28,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..core.tokens import common_prefix
 from ..errors import SpecError
@@ -41,6 +42,9 @@ from .api import ApiError, Reply, Request, internal, shutting_down
 from .metrics import Metrics
 
 log = logging.getLogger("spec_cli.serve")
+
+
+SIMILAR = 0.5  # a slot is reused for a prompt it holds this share of (Worker._slot_for)
 
 
 @dataclass(frozen=True)
@@ -83,22 +87,42 @@ class Running:
 
 
 class Worker:
-    def __init__(self, pair: Pair, cfg: ServeConfig):
-        self.pair, self.cfg = pair, cfg
+    """`pair`: the loaded pair, or a function that loads it, called in the
+    worker's thread (so that every llama.cpp call comes from that thread);
+    the constructor returns once it is loaded, or raises what loading raised."""
+
+    def __init__(self, pair: "Pair | Callable[[], Pair]", cfg: ServeConfig):
+        self.cfg = cfg
         self.store = Store(max_tokens=cfg.store_tokens)
-        self.batch = Batch(pair, turns=pair.target.deterministic)
         self.metrics = Metrics()
         self._editors: collections.deque[Job] = collections.deque()
         self._others: collections.deque[Job] = collections.deque()
         self._cv = threading.Condition()
         self._closed = False
-        self.slots: list[Running | None] = [None] * pair.target.n_seq
         self._seconds = 1.0  # a request's usual duration, for Retry-After
         self.served = 0
         self._used: dict[int, int] = {}  # slot -> when it last took a request
         self._tick = 0
-        self._thread = threading.Thread(target=self._loop, name="spec-cli-worker", daemon=True)
+        self._loaded = threading.Event()
+        self._load_error: BaseException | None = None
+        loader = pair if callable(pair) else (lambda: pair)
+        self._thread = threading.Thread(target=self._run, args=(loader,), name="spec-cli-worker", daemon=True)
         self._thread.start()
+        self._loaded.wait()
+        if self._load_error is not None:
+            raise self._load_error
+
+    def _run(self, loader) -> None:
+        try:
+            self.pair = loader()
+            self.batch = Batch(self.pair, turns=self.pair.target.deterministic)
+            self.slots: list[Running | None] = [None] * self.pair.target.n_seq
+        except BaseException as e:  # handed to the constructor's thread
+            self._load_error = e
+            return
+        finally:
+            self._loaded.set()
+        self._loop()
 
     @property
     def parallel(self) -> int:
@@ -212,11 +236,18 @@ class Worker:
             job.emit("error", internal(e))
 
     def _slot_for(self, tokens: list[int]) -> int:
-        """The free slot whose KV cache shares the longest prefix with
-        `tokens` (ties: the least recently used)."""
+        """The free slot whose KV cache holds most of `tokens` as a prefix,
+        where that is at least SIMILAR of them (a chat's next turn, the same
+        file again); else the least recently used free slot, so that a
+        request that only shares a chat template's first tokens with a slot
+        does not evict what that slot holds (llama-server's
+        slot_prompt_similarity, 0.5)."""
         t = self.pair.target
         free = [seq for seq, r in enumerate(self.slots) if r is None]
-        return max(free, key=lambda seq: (common_prefix(t._seqs[seq], tokens), -self._used.get(seq, 0)))
+        best = max(free, key=lambda seq: (common_prefix(t._seqs[seq], tokens), -self._used.get(seq, 0)))
+        if common_prefix(t._seqs[best], tokens) >= SIMILAR * len(tokens):
+            return best
+        return min(free, key=lambda seq: self._used.get(seq, 0))
 
     def _begin(self, job: Job) -> None:
         req, pair = job.req, self.pair
@@ -284,7 +315,9 @@ class Worker:
                 if step.text:
                     job.emit("step", step.segments)  # the text by origin: drafted and accepted, or the target's
 
-            if r.session.take(step, show):
+            # a request answered at once needs no event a step: each wakes the event
+            # loop's thread, which takes a core from llama.cpp's threads mid-decode
+            if r.session.take(step, show if r.job.req.stream else None):
                 self._end(r)
 
     def _end(self, r: Running, done: bool = True) -> None:

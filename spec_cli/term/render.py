@@ -149,7 +149,8 @@ def concurrency_table(result: dict) -> Table:
     at the same number of clients."""
     m = result["machine"]
     temp = result["temperature"]
-    table = Table(title=f"spec-cli bench --concurrency: {result['target']} / draft {result['draft'] or '-'} — "
+    where = f" (target on RPC servers {', '.join(result['rpc'])})" if result.get("rpc") else ""
+    table = Table(title=f"spec-cli bench --concurrency: {result['target']}{where} / draft {result['draft'] or '-'} — "
                         f"{m['cpu']}, {m['cores']} cores, {result['prompts']} prompts, "
                         f"{result['max_tokens']} tokens, " + ("greedy" if temp == 0 else f"temperature {temp}")
                         + (", --deterministic (requests take turns)" if result["deterministic"] else "")
@@ -186,7 +187,8 @@ def bench_table(result: dict) -> Table:
                                     f"min-p {result.get('min_p', 0.0)}" if temp > 0 else " (greedy)")
     peer = result.get("peer")
     drafter = result["draft"] or ("its MTP layers" if result.get("mtp") else "-")
-    table = Table(title=f"spec-cli bench: {result['target']} / draft {drafter} — "
+    where = f" (target on RPC servers {', '.join(result['rpc'])})" if result.get("rpc") else ""
+    table = Table(title=f"spec-cli bench: {result['target']}{where} / draft {drafter} — "
                         f"{m['cpu']}, {m['cores']} cores, llama-cpp-python {m['llama_cpp_python']}, "
                         f"sampling {m.get('sampling', '?')}, "
                         f"{result['max_tokens']} tokens, {samp}, {mode}, "
