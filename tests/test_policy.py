@@ -283,3 +283,40 @@ def test_a_draft_model_that_could_never_pay_is_told_apart_from_one_that_could():
     assert not can_pay(linear, 0.45 * 0.056, 16, margin=1.3)
     assert can_pay(memory, 0.35 * 0.072, 16, margin=1.3)
     assert can_pay(CostModel.from_timings(GPU, 17), 0.03 * GPU[1], 16, margin=1.3)
+
+
+def _learned(cost) -> "Policy":
+    """A lookup source that has been right about 60-70 % of the time a token."""
+    policy = Policy(cost, k_max=6)
+    for i in range(60):
+        policy.observe("ngram4", drafted=6, accepted=[1, 4, 2, 6, 0, 3][i % 6], draft_s=0.0, verify_s=cost.c(7))
+    policy.stopped.clear()
+    return policy
+
+
+def test_a_batch_around_a_sequence_makes_it_draft_less_then_nothing_on_a_cpu():
+    """Several requests in one target batch (run/batch.py): each draft's rows
+    cost the others' time too, so as the batch grows on a CPU (every row
+    costs) the draft shortens and then stops; alone it is the one-sequence
+    choice."""
+    from spec_cli.core.policy import ALONE, Load
+
+    cost = CostModel.from_timings({n: 0.04 + 0.025 * (n - 1) for n in range(1, 130)}, 129)
+    policy = _learned(cost)
+    alone = plan(policy, "ngram4", 6)
+    policy.load = Load(rows=3, tokens=3.0, others=3)
+    four = plan(policy, "ngram4", 6)
+    policy.load = Load(rows=63, tokens=63.0, others=63)
+    many = plan(policy, "ngram4", 6)
+    policy.load = ALONE
+    assert alone == plan(policy, "ngram4", 6) > 0
+    assert alone >= four and many == 0
+
+
+def test_on_a_gpu_a_batch_leaves_drafting_on():
+    from spec_cli.core.policy import Load
+
+    cost = CostModel.from_timings({n: 0.020 + 0.0002 * n for n in range(1, 130)}, 129)  # rows nearly free
+    policy = _learned(cost)
+    policy.load = Load(rows=7, tokens=7.0, others=7)
+    assert plan(policy, "ngram4", 6) >= 4

@@ -198,3 +198,17 @@ def read_stdin() -> str:
     if not text.strip():
         raise SpecError("the prompt on stdin is empty")
     return text
+
+
+def check_port(host: str, port: int) -> None:
+    """Say so before loading anything if the port is taken (serve, rpc-server)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise SpecError(f"cannot listen on {host}:{port}: {e.strerror}",
+                            hint="Is another server running there? Pick another --port.") from None

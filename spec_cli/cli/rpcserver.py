@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import SpecError
+from .common import check_port
 
 
 def rpc_server(
@@ -45,7 +46,7 @@ def rpc_server(
                     f"(ssh -L {port}:127.0.0.1:{port} THIS-HOST).")
     if cache:
         os.makedirs(os.path.expanduser(cache), exist_ok=True)
-    _check_port(host, port)
+    check_port(host, port)
     n = cores.threads(threads)
     render.note(f"spec-cli rpc-server on {host}:{port}, {n} threads; clients: --rpc {host}:{port}. Ctrl-C stops")
     sys.stdout.flush()
@@ -54,16 +55,3 @@ def rpc_server(
     except KeyboardInterrupt:
         pass
     raise SpecError(f"the RPC server on {host}:{port} stopped", hint="Is the port free? Run again.")
-
-
-def _check_port(host: str, port: int) -> None:
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise SpecError(f"cannot listen on {host}:{port}: {e.strerror}",
-                            hint="Is another server running there? Pick another --port.") from None

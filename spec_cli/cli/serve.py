@@ -12,7 +12,7 @@ import typer
 
 from ..errors import SpecError
 from ..run.config import PairConfig
-from .common import (placement, Rpc, TensorSplit, load, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLayers, DraftMax, Fixed, GpuLayers,
+from .common import (check_port, placement, Rpc, TensorSplit, load, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLayers, DraftMax, Fixed, GpuLayers,
                      PMin, ProposerName, Quiet, Rule, Target, Threads)
 
 
@@ -72,7 +72,7 @@ def serve(
     if not _loopback(host):
         render.note(f"warning: listening on {host}: anyone who can reach this machine can use the models"
                     + ("" if api_key else " (no --api-key set)"))
-    _check_port(host, port)
+    check_port(host, port)
     cfg = PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
                      **placement(rpc, tensor_split), gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
                      p_min=p_min, deterministic=deterministic, seqs=parallel)
@@ -157,17 +157,3 @@ def _loopback(host: str) -> bool:
     from ..serve.access import is_loopback
 
     return is_loopback(host)
-
-
-def _check_port(host: str, port: int) -> None:
-    """Say so before loading the models if the port is taken."""
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise SpecError(f"cannot listen on {host}:{port}: {e.strerror}",
-                            hint="Is another server running there? Pick another --port.") from None
