@@ -182,7 +182,7 @@ def small_queue(smollm_path):
 
 def test_a_burst_past_the_queue_gets_503s_and_the_others_their_whole_text(small_queue):
     srv = small_queue
-    body = {"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0}
+    body = {"prompt": "Once upon a time", "max_tokens": 256, "temperature": 0}  # long enough to overlap
     _, alone, _ = srv.post("/v1/completions", body)
     with ThreadPoolExecutor(8) as pool:
         replies = list(pool.map(lambda _: srv.post("/v1/completions", body), range(8)))
