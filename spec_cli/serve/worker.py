@@ -238,16 +238,26 @@ class Worker:
     def _slot_for(self, tokens: list[int]) -> int:
         """The free slot whose KV cache holds most of `tokens` as a prefix,
         where that is at least SIMILAR of them (a chat's next turn, the same
-        file again); else the least recently used free slot, so that a
+        file again: llama-server's slot_prompt_similarity, 0.5), so that a
         request that only shares a chat template's first tokens with a slot
-        does not evict what that slot holds (llama-server's
-        slot_prompt_similarity, 0.5)."""
+        does not evict what that slot holds; else the one nearest the busy
+        slots."""
         t = self.pair.target
         free = [seq for seq, r in enumerate(self.slots) if r is None]
         best = max(free, key=lambda seq: (common_prefix(t._seqs[seq], tokens), -self._used.get(seq, 0)))
         if common_prefix(t._seqs[best], tokens) >= SIMILAR * len(tokens):
             return best
-        return min(free, key=lambda seq: self._used.get(seq, 0))
+        # else the free slot that keeps the busy ones closest together: llama.cpp's
+        # attention over non-unified sequences spans every sequence from the batch's
+        # lowest to its highest (measured: 4 rows in sequences 0,2,5,7 took 238 ms,
+        # in 0-3 109 ms), then the least recently used
+        busy = [seq for seq, r in enumerate(self.slots) if r is not None]
+
+        def span(seq: int) -> int:
+            ids = busy + [seq]
+            return max(ids) - min(ids)
+
+        return min(free, key=lambda seq: (span(seq), self._used.get(seq, 0)))
 
     def _begin(self, job: Job) -> None:
         req, pair = job.req, self.pair
