@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
 import time
 
 
@@ -64,7 +65,6 @@ async def _serve(listen: str, to: str, delay: float) -> asyncio.AbstractServer:
             return
         for sock in (writer.get_extra_info("socket"), up_writer.get_extra_info("socket")):
             if sock is not None:
-                import socket
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         await asyncio.gather(_pump(reader, up_writer, delay), _pump(up_reader, writer, delay))
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import threading
 import time
 import urllib.request
@@ -94,7 +93,6 @@ def main() -> None:
     for c in (int(x) for x in args.clients.split(",")):
         row = {"label": args.label, **run(args.url, prompts, c, args.max_tokens)}
         print(json.dumps(row), flush=True)
-        sys.stdout.flush()
 
 
 if __name__ == "__main__":

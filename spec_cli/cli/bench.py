@@ -10,8 +10,9 @@ import typer
 
 from ..errors import SpecError
 from ..run.config import PairConfig
-from .common import (placement, Rpc, TensorSplit, DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, DEFAULT_TARGET, Ctx, Deterministic,
-                     Draft, DraftGpuLayers, DraftMax, GpuLayers, MinP, Target, Temp, Threads, TopK, TopP)
+from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, DEFAULT_TARGET, Ctx, Deterministic,
+                     Draft, DraftGpuLayers, DraftMax, GpuLayers, MinP, Target, Temp, Threads, TopK, TopP,
+                     placement, Rpc, TensorSplit)
 
 
 def bench(
@@ -31,7 +32,9 @@ def bench(
                                                                        "(0 = all).")] = 0,
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P,
     seed: Annotated[int, typer.Option("--seed", help="Random seed (the same for every run).")] = 0,
-    draft_max: DraftMax = 16, ctx: Ctx = 4096, threads: Threads = 0, rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0,
+    draft_max: DraftMax = 16, ctx: Ctx = 4096, threads: Threads = 0,
+    rpc: Rpc = None, tensor_split: TensorSplit = None,
+    gpu_layers: GpuLayers = 0,
     draft_gpu_layers: DraftGpuLayers = 0, deterministic: Deterministic = False,
     rule: Annotated[List[str], typer.Option("--rule", help="gumbel | residual; repeatable to compare the "
                                                            "two rules.")] = ["gumbel"],
@@ -77,7 +80,8 @@ def bench(
     levels = _levels(concurrency, variants, peer, html) if concurrency else None
     needs_draft = any(v.proposer in ("hybrid", "draft") for v in variants)
     base = "hybrid" if needs_draft else "mtp" if any(v.proposer == "mtp" for v in variants) else "ngram"
-    pair = load(PairConfig(target=target, draft=draft, proposer=base, ctx=ctx, threads=threads, **placement(rpc, tensor_split),
+    pair = load(PairConfig(target=target, draft=draft, proposer=base, ctx=ctx, threads=threads,
+                           **placement(rpc, tensor_split),
                            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic,
                            draft_if_it_pays=False, seqs=max(levels) if levels else 1), quiet=as_json)
     runner = None

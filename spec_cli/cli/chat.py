@@ -12,9 +12,10 @@ from typing import Annotated, Optional
 import typer
 
 from ..run.config import PairConfig
-from .common import (placement, Rpc, TensorSplit, DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
+from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, MinP, PMin, ProposerName, Quiet, Rule, Seed,
-                     Target, Temp, Threads, TopK, TopP, print_coloured, run_session, stdout_write)
+                     Target, Temp, Threads, TopK, TopP, print_coloured, run_session, stdout_write,
+                     placement, Rpc, TensorSplit)
 
 CHAT_HELP = "/reset  /stats  /save FILE  /exit  -- Ctrl-C stops a reply, Ctrl-D exits"
 
@@ -25,7 +26,9 @@ def chat(
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P, seed: Seed = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens per reply.")] = 1024,
     draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
-    ctx: Ctx = 4096, threads: Threads = 0, rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
+    ctx: Ctx = 4096, threads: Threads = 0,
+    rpc: Rpc = None, tensor_split: TensorSplit = None,
+    gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
 ) -> None:
     """Chat in the model's own chat template.  Each turn evaluates only its
@@ -43,7 +46,8 @@ def chat(
 
     gen = GenConfig(sampling=sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
                     adaptive=not fixed_draft, seed=seed_or_new(seed), rule=rule)
-    pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads, **placement(rpc, tensor_split),
+    pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
+                           **placement(rpc, tensor_split),
                            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min,
                            deterministic=deterministic), quiet=quiet, rule=rule)
     interactive = render.is_tty(sys.stdin)
@@ -57,7 +61,7 @@ def chat(
 
         rescue = state_dir() / "chat-rescued.json"
         rpc_lib.on_abort(lambda message: len(chat.messages) > len(chat.base)
-                         and _save_chat(str(rescue), target, chat.messages, how="the conversation so far is in"))
+                         and _save_chat(str(rescue), target, chat.messages))
     if not quiet:
         render.note(f"chat with {target}" + (f", drafting with {pair.drafter}" if pair.drafter else "")
                     + f", proposer {proposer}\n{CHAT_HELP}")
@@ -167,7 +171,7 @@ def _write_history(readline, path: Path) -> None:
         pass
 
 
-def _save_chat(name: str, target: str, messages: list, how: str = "saved") -> None:
+def _save_chat(name: str, target: str, messages: list) -> None:
     from ..files import atomic_write
     from ..term import render
 
@@ -180,4 +184,4 @@ def _save_chat(name: str, target: str, messages: list, how: str = "saved") -> No
     except OSError as e:
         render.error(f"cannot save to {path}: {e.strerror}")
         return
-    render.note(f"{how} {len(messages)} messages to {path}" if how == "saved" else f"{how} {path}")
+    render.note(f"saved {len(messages)} messages to {path}")

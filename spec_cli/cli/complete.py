@@ -17,9 +17,10 @@ import typer
 
 from ..errors import SpecError
 from ..run.config import PairConfig
-from .common import (placement, Rpc, TensorSplit, DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
+from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, MinP, ProposerName, Quiet, Rule, Seed, Target, Temp,
-                     Threads, TopK, TopP, read_file, run_session, stdout_write)
+                     Threads, TopK, TopP, read_file, run_session, stdout_write,
+                     placement, Rpc, TensorSplit)
 
 
 def complete(
@@ -40,7 +41,9 @@ def complete(
         "--server", envvar="SPEC_CLI_SERVER", show_envvar=True,
         help="Ask a running `spec-cli serve` at this URL (the model options are then the server's).")] = None,
     draft_max: DraftMax = 16, fixed_draft: Fixed = False,
-    ctx: Ctx = 4096, threads: Threads = 0, rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
+    ctx: Ctx = 4096, threads: Threads = 0,
+    rpc: Rpc = None, tensor_split: TensorSplit = None,
+    gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
     as_json: Annotated[bool, typer.Option("--json", help='Print {"completion": ..., "stats": ...}.')] = False,
 ) -> None:
@@ -72,7 +75,8 @@ def complete(
     else:
         completion, finish, stats = _complete_here(
             prefix, after, EditorStops(n_indent=indent, suffix=after, t_max_predict_ms=t_max_predict_ms, max_lines=max_lines),
-            PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads, **placement(rpc, tensor_split),
+            PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
+                       **placement(rpc, tensor_split),
                        gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic), rule,
             sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
             adaptive=not fixed_draft, seed=seed_or_new(seed), quiet=quiet or as_json)

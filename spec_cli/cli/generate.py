@@ -12,10 +12,11 @@ import typer
 
 from ..errors import SpecError
 from ..run.config import PairConfig
-from .common import (placement, Rpc, TensorSplit, DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
+from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, Json, MaxTokens, MinP, PMin, ProposerName, Quiet, Rule,
                      Seed, Target, Temp, Threads, TopK, TopP, print_coloured, read_file, read_stdin, run_session,
-                     stdout_write)
+                     stdout_write,
+                     placement, Rpc, TensorSplit)
 
 
 def generate(
@@ -27,7 +28,9 @@ def generate(
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P, seed: Seed = None,
     max_tokens: MaxTokens = 256, draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
-    ctx: Ctx = 4096, threads: Threads = 0, rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
+    ctx: Ctx = 4096, threads: Threads = 0,
+    rpc: Rpc = None, tensor_split: TensorSplit = None,
+    gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel",
     stop: Annotated[List[str], typer.Option("--stop", help="Stop at this string (repeatable).")] = [],
     system: Annotated[Optional[str], typer.Option("--system", help="System message (chat template only).")] = None,
@@ -54,7 +57,8 @@ def generate(
     seed = seed_or_new(seed)
     gen = GenConfig(sampling=sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
                     adaptive=not fixed_draft, stop=tuple(stop), seed=seed, rule=rule)
-    pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads, **placement(rpc, tensor_split),
+    pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
+                           **placement(rpc, tensor_split),
                            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min,
                            deterministic=deterministic), quiet=quiet or as_json, rule=rule)
     try:

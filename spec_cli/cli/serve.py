@@ -12,8 +12,9 @@ import typer
 
 from ..errors import SpecError
 from ..run.config import PairConfig
-from .common import (check_port, placement, Rpc, TensorSplit, load, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLayers, DraftMax, Fixed, GpuLayers,
-                     PMin, ProposerName, Quiet, Rule, Target, Threads)
+from .common import (load, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLayers, DraftMax, Fixed, GpuLayers,
+                     PMin, ProposerName, Quiet, Rule, Target, Threads,
+                     check_port, placement, Rpc, TensorSplit)
 
 
 def serve(
@@ -44,7 +45,9 @@ def serve(
         help="Requests generated at once, each in a KV sequence of its own, all in one target batch a step "
              "(each costs a --ctx of KV cache in each model).")] = 4,
     draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
-    ctx: Ctx = 4096, threads: Threads = 0, rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
+    ctx: Ctx = 4096, threads: Threads = 0,
+    rpc: Rpc = None, tensor_split: TensorSplit = None,
+    gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
 ) -> None:
     """Serve the pair over HTTP: the OpenAI API for chat clients and the

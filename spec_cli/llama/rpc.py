@@ -22,6 +22,7 @@ re-implemented but its greeting, checked here first).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import socket
 import struct
@@ -149,7 +150,9 @@ def require() -> None:
                         hint=f"Rebuild it with RPC: {REBUILD}")
 
 
+@functools.cache
 def _ggml() -> ctypes.CDLL:
+    """libggml with the signatures used here (set once)."""
     g = _lib("ggml")
     g.ggml_backend_register.argtypes = [ctypes.c_void_p]
     g.ggml_backend_register.restype = None
@@ -170,7 +173,9 @@ def _ggml() -> ctypes.CDLL:
     return g
 
 
+@functools.cache
 def _rpc() -> ctypes.CDLL:
+    """libggml-rpc with the signatures used here (set once)."""
     r = _lib("ggml-rpc")
     r.ggml_backend_rpc_add_server.argtypes = [ctypes.c_char_p]
     r.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
@@ -184,10 +189,12 @@ _added: dict[str, list[int]] = {}   # endpoint -> its devices, registered once p
 
 
 def add_servers(endpoints: tuple[str, ...]) -> list[int]:
-    """Each endpoint checked, then registered with ggml; their devices, in order."""
+    """Each endpoint not registered yet checked, then registered with ggml;
+    all their devices, in order."""
     require()
     for ep in endpoints:
-        check(ep)
+        if ep not in _added:
+            check(ep)
     g, r = _ggml(), _rpc()
     devices = []
     for ep in endpoints:
@@ -206,21 +213,26 @@ def registered() -> bool:
     return bool(_added)
 
 
+CPU = 0  # GGML_BACKEND_DEVICE_TYPE_CPU
+
+
+def _devices() -> list[int]:
+    """Every device ggml knows in this process (the RPC servers' once registered)."""
+    g = _ggml()
+    return [g.ggml_backend_dev_get(i) for i in range(g.ggml_backend_dev_count())]
+
+
 def local_devices() -> list[int]:
     """Every device but the RPC servers' (GPUs and accelerators here; the
     CPU is never in llama_model_params.devices: layers not offloaded stay on it)."""
-    g = _ggml()
     remote = {d for devs in _added.values() for d in devs}
-    CPU = 0  # GGML_BACKEND_DEVICE_TYPE_CPU
-    return [d for d in (g.ggml_backend_dev_get(i) for i in range(g.ggml_backend_dev_count()))
-            if d not in remote and g.ggml_backend_dev_type(d) != CPU]
+    return [d for d in _devices() if d not in remote and _ggml().ggml_backend_dev_type(d) != CPU]
 
 
 def device_array(devices: list[int]):
     """A NULL-terminated ggml_backend_dev_t array (keep it alive while the
     model loads)."""
-    arr = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
-    return arr
+    return (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
 
 
 def describe(device: int) -> str:
@@ -232,13 +244,9 @@ def serve(host: str, port: int, *, threads: int, cache: str | None) -> None:
     """llama.cpp's RPC server on host:port with this machine's devices (the
     CPU where there is nothing else); returns only when the process ends."""
     require()
-    g, r = _ggml(), _rpc()
-    devs = local_devices()
-    if not devs:  # the CPU backend
-        devs = [d for d in (g.ggml_backend_dev_get(i) for i in range(g.ggml_backend_dev_count()))
-                if g.ggml_backend_dev_type(d) == 0][:1]
+    devs = local_devices() or [d for d in _devices() if _ggml().ggml_backend_dev_type(d) == CPU][:1]
     arr = device_array(devs)
-    r.ggml_backend_rpc_start_server(f"{host}:{port}".encode(), cache.encode() if cache else None,
+    _rpc().ggml_backend_rpc_start_server(f"{host}:{port}".encode(), cache.encode() if cache else None,
                                     threads, len(devs), arr)
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from ..core.policy import ALONE, Load, expected_tokens
 from ..core.tokens import common_prefix
-from .engine import Generation, Round, Step, step as one_step
+from .engine import Generation, Round, Step, keep_going, step as one_step
 from .proposers.base import EMPTY, Proposal
 
 CHUNK = 128  # prompt tokens read a round, over all the requests that are reading
@@ -89,7 +89,6 @@ class Batch:
         self.turns = turns
         self._turn = 0
         self.streams: list[Stream] = []
-        self.rounds = 0
         self.last_rows = 0      # the target batch's size in the last round
         self.last_s = 0.0       # and its seconds (drafting included)
         self.charged_s = 0.0    # the same on the simulated clock where there is one, else on the wall
@@ -140,7 +139,6 @@ class Batch:
             charged = out[0][1].verify_s + out[0][1].draft_s
         else:
             out, charged = self._together(running, reading)
-        self.rounds += 1
         self.last_s = time.perf_counter() - t0
         self.charged_s = self.last_s if self.clock is None else charged
         return out
@@ -153,12 +151,9 @@ class Batch:
         s = self.streams[self._turn % len(self.streams)]
         self._turn += 1
         if s.reading:
-            self.target.use(s.seq)
-            t0 = time.perf_counter()
-            self.target.decode(s.unread)
-            s.evaluated, s.read_s, s.unread = len(s.unread), time.perf_counter() - t0, []
-            self._ready(s)
-        self.rounds += 1
+            self.pair.use(s.seq)
+            s.gen.read_prompt()
+            s.reading, s.unread = False, []
         return [(s, self._alone(s))]
 
     def _reading_parts(self) -> list[tuple[Stream, list[int]]]:
@@ -286,17 +281,17 @@ class Batch:
         for s, cand, k, _ in alone:
             t0, d0 = time.perf_counter(), timer.seconds
             self.pair.use(s.seq)
-            s.prop = s.gen.proposer.draft(s.gen.context, cand, k, self._keep_going(s.gen.policy, cand))
+            s.prop = s.gen.proposer.draft(s.gen.context, cand, k, keep_going(s.gen.policy, cand))
             self._drafted(s, k, time.perf_counter() - t0, timer.seconds - d0)
         if together:
             from .proposers.draft import draft_together
 
             t0, d0 = time.perf_counter(), timer.seconds
-            props = draft_together([(dm, s.seq, s.gen.context, cand, k, self._keep_going(s.gen.policy, cand))
+            props = draft_together([(dm, s.seq, s.gen.context, cand, k, keep_going(s.gen.policy, cand))
                                     for s, cand, k, dm in together])
             spent, decoded = time.perf_counter() - t0, timer.seconds - d0
             total = max(sum(len(p.tokens) for p in props), 1)
-            clock = together[0][0].gen.cfg.clock
+            clock = self.clock
             if clock is not None:  # the simulated draft model's batches, a position each
                 charged = clock.draft_batch_s([len(p.tokens) for p in props])
             for (s, cand, k, _), prop in zip(together, props):
@@ -321,19 +316,12 @@ class Batch:
             s.owed += seconds / plain_s
             s.got += len(st.tokens)
 
-    @staticmethod
-    def _keep_going(policy, cand):
-        if policy is None:
-            return None
-        return lambda chain, source=None: policy.keep_going(source or cand.source, chain)
-
-    @staticmethod
-    def _drafted(s: Stream, k: int, seconds: float, decoded: float) -> None:
+    def _drafted(self, s: Stream, k: int, seconds: float, decoded: float) -> None:
         """`s`'s draft is in: its tokens, and what it cost."""
         s.draft = s.prop.tokens[:k]
         s.draft_s += seconds
         s.host_draft_s = max(s.draft_s - decoded, 0.0)
         s.steady_s = s.draft_s if s.prop.steady_s is None else s.prop.steady_s
-        clock = s.gen.cfg.clock
+        clock = self.clock
         if clock is not None:
             s.draft_s = s.steady_s = clock.draft_s(s.prop.model_tokens, s.prop.model_read) + s.host_draft_s

@@ -124,6 +124,14 @@ class Round:
     host_draft_s: float = 0.0
 
 
+def keep_going(policy: Policy | None, cand) -> Callable | None:
+    """The proposer's keep_going for candidate `cand`: one more token while
+    the policy says it pays (a hybrid's extension names its own source)."""
+    if policy is None:
+        return None
+    return lambda chain, source=None: policy.keep_going(source or cand.source, chain)
+
+
 def step(target: Model, proposer: Proposer, policy: Policy | None, context: list[int], k: int,
          pick: Callable[[np.ndarray, list[int], Proposal], tuple[int, int]], clock=None) -> Round:
     """One speculative round after `context`, drafting at most k tokens."""
@@ -131,9 +139,8 @@ def step(target: Model, proposer: Proposer, policy: Policy | None, context: list
     t0, d0 = time.perf_counter(), timer.seconds
     cands = proposer.candidates(context) if k > 0 else []                       # 1. what could draft,
     cand, k = policy.choose(cands, k) if policy else (cands[0] if cands else None, k)  # the policy decides,
-    keep_going = ((lambda chain, source=None: policy.keep_going(source or cand.source, chain))
-                  if policy and cand else None)
-    prop = proposer.draft(context, cand, min(k, cand.limit), keep_going) if cand and k > 0 else EMPTY
+    prop = (proposer.draft(context, cand, min(k, cand.limit), keep_going(policy, cand))
+            if cand and k > 0 else EMPTY)
     draft = prop.tokens[:k]                                                     # and the proposer drafts
     t1, d1 = time.perf_counter(), timer.seconds
     alone = getattr(pick, "alone", None)
@@ -210,10 +217,6 @@ class Generation:
         self.proposer.prepare(self.prompt, self.decoding)  # a draft model reads the prompt only once it is chosen
         clock = self.cfg.clock
         self.prefill = (evaluated, seconds if clock is None else clock.prefill_s(evaluated))
-
-    @property
-    def produced(self) -> int:
-        return self.out.produced
 
     def limit(self) -> int:
         """The longest draft this round may verify: the draft, the correction

@@ -37,7 +37,7 @@ class Metrics:
             self.wait_s += seconds
             self.waits += 1
 
-    def round(self, rows: int, seconds: float, requests: int) -> None:
+    def round(self, rows: int, seconds: float) -> None:
         with self._lock:
             self.rounds += 1
             self.round_s += seconds

@@ -7,9 +7,9 @@ sequence of its own in both models' contexts (a slot); a request that
 arrives joins the batch at the next round, one that ends or whose client
 went away leaves at once.  Nothing is reset between requests: a slot's
 KV cache keeps its last request's tokens, and a new request goes to the
-free slot whose cache shares the longest prefix with its prompt, so the
-next turn of a chat or the next completion in the same file evaluates
-only what is new; the lookup drafts from every earlier output
+free slot whose cache holds at least half of its prompt (`_slot_for`),
+so the next turn of a chat or the next completion in the same file
+evaluates only what is new; the lookup drafts from every earlier output
 (suffix.Store).
 
 Editors (`/infill`) wait in a queue of their own and take the first free
@@ -79,10 +79,8 @@ class Running:
     """A request in a slot: its job, session and place in the batch."""
 
     job: Job
-    seq: int
     session: Session
     stream: Stream
-    tokens: list[int]
     started: float = field(default_factory=time.monotonic)
 
 
@@ -198,7 +196,7 @@ class Worker:
             if r is not None:
                 st = r.session.stats
                 view.update({"kind": r.job.req.kind, "stream": r.job.req.stream,
-                             "prompt_tokens": len(r.tokens), "reading_prompt": r.stream.reading,
+                             "prompt_tokens": len(r.session.prompt), "reading_prompt": r.stream.reading,
                              "generated_tokens": st.tokens, "drafted": st.drafted, "accepted": st.accepted,
                              "seconds": round(time.monotonic() - r.started, 3),
                              "max_tokens": r.session.gen.max_tokens})
@@ -244,8 +242,9 @@ class Worker:
         slots."""
         t = self.pair.target
         free = [seq for seq, r in enumerate(self.slots) if r is None]
-        best = max(free, key=lambda seq: (common_prefix(t._seqs[seq], tokens), -self._used.get(seq, 0)))
-        if common_prefix(t._seqs[best], tokens) >= SIMILAR * len(tokens):
+        held = {seq: common_prefix(t._seqs[seq], tokens) for seq in free}
+        best = max(free, key=lambda seq: (held[seq], -self._used.get(seq, 0)))
+        if held[best] >= SIMILAR * len(tokens):
             return best
         # else the free slot that keeps the busy ones closest together: llama.cpp's
         # attention over non-unified sequences spans every sequence from the batch's
@@ -289,7 +288,7 @@ class Worker:
         session = Session(pair, tokens, gen, proposer, stops=stops, cancelled=job.cancel.is_set)
         stream = self.batch.add(seq, Generation(pair.target, proposer, tokens, gen), editor=req.kind == "infill")
         session.begin()
-        self.slots[seq] = Running(job, seq, session, stream, tokens)
+        self.slots[seq] = Running(job, session, stream)
         job.emit("start", reply)
 
     def _round(self) -> None:
@@ -314,7 +313,7 @@ class Worker:
                 r.job.emit("error", err)
                 self._end(r, done=False)
             return
-        self.metrics.round(self.batch.last_rows, self.batch.last_s, len(steps))
+        self.metrics.round(self.batch.last_rows, self.batch.last_s)
         for stream, step in steps:
             r = by_stream.get(stream)
             if r is None:
@@ -334,10 +333,10 @@ class Worker:
         """`r` leaves its slot: its output is kept for the lookup, its
         client told."""
         self.batch.drop(r.stream)
-        self.slots[r.seq] = None
+        self.slots[r.stream.seq] = None
         session = r.session.end()
         if done:
-            self.store.add(r.tokens, session.tokens)
+            self.store.add(session.prompt, session.tokens)
             self.metrics.finished(session, r.job.req.kind)
             r.job.emit("done", session)
         t = time.monotonic() - r.started

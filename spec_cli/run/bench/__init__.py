@@ -203,13 +203,22 @@ def problems(sets: list[dict], *, deterministic: bool) -> list[str]:
     for s in sets:
         if s["agreement"] is None:
             continue
-        name = f"{Path(s['file']).name} {s['proposer']}"
-        if deterministic and s["agreement"] < 1.0:
-            out.append(f"{name}: output differs from the target alone with --deterministic")
-        elif s["max_divergence_margin"] > NEAR_TIE:
-            out.append(f"{name}: output parts from the target alone at a margin of "
-                       f"{s['max_divergence_margin']:.3f} logits (rounding explains at most {NEAR_TIE})")
+        wrong = problem(f"{Path(s['file']).name} {s['proposer']}", deterministic=deterministic,
+                        differs=s["agreement"] < 1.0, margin=s["max_divergence_margin"])
+        if wrong:
+            out.append(wrong)
     return out
+
+
+def problem(name: str, *, deterministic: bool, differs: bool, margin: float) -> str | None:
+    """The one rule every bench judges by: with --deterministic no
+    divergence at all; by default none at a margin wider than rounding."""
+    if deterministic and differs:
+        return f"{name}: output differs from the target alone with --deterministic"
+    if margin > NEAR_TIE:
+        return (f"{name}: output parts from the target alone at a margin of {margin:.3f} logits "
+                f"(rounding explains at most {NEAR_TIE})")
+    return None
 
 
 def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: int | None, gen_base,

@@ -23,10 +23,11 @@ import collections
 import dataclasses
 import statistics
 import time
+from dataclasses import dataclass, field
 
 from ..batch import Batch
 from ..engine import Generation
-from . import NEAR_TIE, Run, Variant, divergence
+from . import Run, Variant, divergence, problem
 
 
 def run_concurrent(pair, items: list[tuple[str, list[int]]], variants: list[Variant], levels: list[int],
@@ -58,6 +59,19 @@ def _references(pair, items, gen_base, on_progress) -> dict[str, Run]:
     return refs
 
 
+@dataclass(eq=False)
+class _Request:
+    """One request of a burst, as its client sees it."""
+
+    id: str
+    started: float
+    tokens: list[int] = field(default_factory=list)
+    drafted: int = 0
+    accepted: int = 0
+    first_s: float | None = None   # its first token, after it started
+    latency_s: float = 0.0
+
+
 def _burst(pair, items, clients: int, v: Variant, gen_base, refs: dict[str, Run]) -> dict:
     clock = gen_base.clock
     cfg = dataclasses.replace(gen_base, adaptive=v.fixed is None,
@@ -67,52 +81,46 @@ def _burst(pair, items, clients: int, v: Variant, gen_base, refs: dict[str, Run]
         pair.reset()
     batch = Batch(pair, clock=clock, turns=pair.target.deterministic)
     pending = collections.deque(items)
-    running: dict = {}  # stream -> [id, started, tokens, drafted, accepted, first token at]
-    done = []
+    running: dict = {}  # stream -> _Request
+    done: list[_Request] = []
     now, t0 = 0.0, time.perf_counter()
     rounds = rows = 0
     while pending or running:
         while pending and len(running) < clients:
             pid, tokens = pending.popleft()
-            free = next(seq for seq in range(pair.target.n_seq) if all(r[6] != seq for r in running.values()))
+            busy = {s.seq for s in running}
+            free = next(seq for seq in range(pair.target.n_seq) if seq not in busy)
             g = Generation(pair.target, pair.new_proposer(name=v.proposer), tokens, cfg)
-            running[batch.add(free, g)] = [pid, now, [], 0, 0, None, free]
+            running[batch.add(free, g)] = _Request(pid, now)
         steps = batch.round()
         rounds += 1
         rows += batch.last_rows
         now = now + batch.charged_s if clock is not None else time.perf_counter() - t0
         for stream, step in steps:
             r = running[stream]
-            r[2] += step.tokens
-            r[3] += step.drafted
-            r[4] += step.accepted
-            if r[5] is None and step.tokens:
-                r[5] = now - r[1]
+            r.tokens += step.tokens
+            r.drafted += step.drafted
+            r.accepted += step.accepted
+            if r.first_s is None and step.tokens:
+                r.first_s = now - r.started
             if step.finish_reason is not None:
                 batch.drop(stream)
                 del running[stream]
-                done.append((r[0], now - r[1], r[5] or 0.0, r[2], r[3], r[4]))
-    seconds = now
-    latencies = [d[1] for d in done]
-    tokens = sum(len(d[3]) for d in done)
-    drafted, accepted = sum(d[4] for d in done), sum(d[5] for d in done)
-    margins = []
-    agree = 0
-    for pid, _, _, toks, _, _ in done:
-        m = divergence(refs[pid], Run(toks))
-        if m is None:
-            agree += 1
-        else:
-            margins.append(m)
+                r.latency_s = now - r.started
+                done.append(r)
+    latencies = [r.latency_s for r in done]
+    tokens = sum(len(r.tokens) for r in done)
+    drafted, accepted = sum(r.drafted for r in done), sum(r.accepted for r in done)
+    margins = [m for r in done if (m := divergence(refs[r.id], Run(r.tokens))) is not None]
     return {"concurrency": clients, "proposer": v.label, "requests": len(done), "tokens": tokens,
-            "seconds": seconds, "tok_s": tokens / seconds if seconds > 0 else 0.0,
+            "seconds": now, "tok_s": tokens / now if now > 0 else 0.0,
             "latency_median_s": statistics.median(latencies) if latencies else 0.0,
             "latency_max_s": max(latencies, default=0.0),
-            "ttft_median_s": statistics.median(d[2] for d in done) if done else 0.0,
+            "ttft_median_s": statistics.median(r.first_s or 0.0 for r in done) if done else 0.0,
             "rounds": rounds, "rows_per_round": rows / rounds if rounds else 0.0,
             "drafted": drafted, "accepted": accepted,
             "acceptance": accepted / drafted if drafted else None,
-            "agree": agree, "max_divergence_margin": max(margins, default=0.0)}
+            "agree": len(done) - len(margins), "max_divergence_margin": max(margins, default=0.0)}
 
 
 def add_ratios(rows: list[dict]) -> None:
@@ -125,14 +133,7 @@ def add_ratios(rows: list[dict]) -> None:
 
 
 def problems(rows: list[dict], *, deterministic: bool) -> list[str]:
-    """Where a request parted from the target alone beyond rounding."""
-    out = []
-    for r in rows:
-        name = f"concurrency {r['concurrency']}, {r['proposer']}"
-        if deterministic and r["agree"] < r["requests"]:
-            out.append(f"{name}: {r['requests'] - r['agree']} requests part from the target alone "
-                       "with --deterministic")
-        elif r["max_divergence_margin"] > NEAR_TIE:
-            out.append(f"{name}: a request parts from the target alone at a margin of "
-                       f"{r['max_divergence_margin']:.3f} logits (rounding explains at most {NEAR_TIE})")
-    return out
+    """Where a request parted from the target alone beyond rounding (bench.problem)."""
+    found = (problem(f"concurrency {r['concurrency']}, {r['proposer']}", deterministic=deterministic,
+                     differs=r["agree"] < r["requests"], margin=r["max_divergence_margin"]) for r in rows)
+    return [p for p in found if p]

@@ -175,6 +175,22 @@ class DraftModel:
         self._behind = len(context) - common_prefix(self.source.cached(), context)  # draft() reuses it
         return [Candidate(self.name, self.model.n_ctx - len(context), self.catch_up_s(self._behind))]
 
+    @property
+    def coupled(self) -> bool:
+        """A draft token is the seeded choice (greedy, or the coupled rule's
+        noise), not a sample from the draft's distribution."""
+        return self.sampling.greedy or self.decoding.rule == "gumbel"
+
+    def sampled(self, logits) -> tuple[int, float, np.ndarray]:
+        """A token sampled from the draft's distribution (the residual rule),
+        its top probability, and the distribution's row."""
+        p = to_probs(logits, self.sampling)
+        return sample(p, self.rng), float(p.max()), p
+
+    def stops(self, chain: list[float], keep_going: KeepGoing | None) -> bool:
+        """After tokens of these confidences, does the draft stop here?"""
+        return chain[-1] < self.p_min or (keep_going is not None and not keep_going(chain))
+
     def batched(self, cand: Candidate) -> "DraftModel | None":
         """Who drafts `cand` where several sequences draft together
         (draft_together): this, when it drafts from a model of its own."""
@@ -187,7 +203,7 @@ class DraftModel:
         behind = self._behind  # this step's, from candidates()
         pos = len(context) - self._prompt_len  # output position of the first draft token
         sampling, seed = self.sampling, self.decoding.seed
-        coupled = sampling.greedy or self.decoding.rule == "gumbel"
+        coupled = self.coupled
         unsure = self.p_min > 0.0 or keep_going is not None  # the draft's confidence is asked for
         if coupled:
             chosen = src.start_choose(context, sampling, seed, pos, unsure)
@@ -201,15 +217,14 @@ class DraftModel:
             if coupled:
                 x, conf = chosen
             else:
-                p = to_probs(logits, sampling)
-                x, conf = sample(p, self.rng), float(p.max())
+                x, conf, p = self.sampled(logits)
                 rows.append(p)
             tokens.append(x)
             if i + 1 == k:
                 break
             if unsure:
                 chain.append(conf)
-                if conf < self.p_min or (keep_going is not None and not keep_going(chain)):
+                if self.stops(chain, keep_going):
                     break
             if coupled:  # read x and choose the next token in one call
                 chosen = src.then_choose(x, sampling, seed, pos + i + 1, unsure)
@@ -245,31 +260,27 @@ def draft_together(items) -> list[Proposal]:
         behind = len(context) - keep
         if behind > 1:  # what it missed (a first draft after the prompt): read alone, then in the batch
             model.decode(list(context[keep:-1]))
-        sampling = dm.sampling
         jobs.append(dict(dm=dm, seq=seq, k=k, keep_going=keep_going, feed=context[-1], behind=behind,
-                         pos=len(context) - dm._prompt_len, sampling=sampling, seed=dm.decoding.seed,
-                         coupled=sampling.greedy or dm.decoding.rule == "gumbel",
-                         unsure=dm.p_min > 0.0 or keep_going is not None,
+                         pos=len(context) - dm._prompt_len, unsure=dm.p_min > 0.0 or keep_going is not None,
                          tokens=[], rows=[], chain=[]))
     active = list(jobs)
     while active:
         rows = model.decode_batch([(j["seq"], [j["feed"]]) for j in active])
         going = []
         for j, row in zip(active, rows):
-            i = len(j["tokens"])
-            if j["coupled"]:
-                c = choose(row[0], j["sampling"], j["seed"], j["pos"] + i, confidence=j["unsure"])
-                x, conf = c.token, c.confidence
+            dm = j["dm"]
+            if dm.coupled:
+                x, conf = choose(row[0], dm.sampling, dm.decoding.seed, j["pos"] + len(j["tokens"]),
+                                 confidence=j["unsure"])
             else:
-                p = to_probs(row[0], j["sampling"])
-                x, conf = sample(p, j["dm"].rng), float(p.max())
+                x, conf, p = dm.sampled(row[0])
                 j["rows"].append(p)
             j["tokens"].append(x)
             if len(j["tokens"]) >= j["k"]:
                 continue
             if j["unsure"]:
                 j["chain"].append(conf)
-                if conf < j["dm"].p_min or (j["keep_going"] is not None and not j["keep_going"](j["chain"])):
+                if dm.stops(j["chain"], j["keep_going"]):
                     continue
             j["feed"] = x
             going.append(j)

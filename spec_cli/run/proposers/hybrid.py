@@ -40,8 +40,7 @@ class Hybrid:
 
     def batched(self, cand: Candidate):
         """The draft model, for a candidate it drafts alone (draft.draft_together)."""
-        batched = getattr(self.draft_model, "batched", None)
-        return batched(cand) if batched is not None else None
+        return self.draft_model.batched(cand)
 
     def draft(self, context, cand, k, keep_going=None) -> Proposal:
         if cand.source == self.draft_model.name:
