@@ -137,7 +137,7 @@ def _levels(text: str, variants, peer, html) -> list[int]:
         raise SpecError(f"bad --concurrency {text!r}", hint="Give numbers from 1 to 64, e.g. 1,4,8.")
     refs = [v.label for v in variants if v.proposer in REFERENCES]
     if refs:
-        raise SpecError(f"--concurrency measures real proposers: {', '.join(refs)} first need the target "
+        raise SpecError(f"--concurrency measures real proposers: the references ({', '.join(refs)}) first need the target "
                         "alone's text", hint="Drop them, or run them without --concurrency.")
     if peer or html:
         raise SpecError("--concurrency writes its own table: --peer and --html go without it")
