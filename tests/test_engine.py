@@ -293,7 +293,7 @@ def test_sampled_text_is_the_same_from_candidates_as_from_whole_rows(smollm, smo
 
 def test_several_sequences_decode_in_one_batch_as_each_alone(smollm_path):
     """Model.decode_batch: each sequence's tokens at its own next positions,
-    in one llama_decode; each part's rows are its own (the same argmax as
+    in one llama_decode, whatever the parts' order; each part's rows are its own (the same argmax as
     the sequence decoded alone, the same logits up to a batch's rounding),
     and each sequence's tokens and cache are as if it had been decoded alone."""
     from spec_cli.llama.model import LoadConfig, Model
@@ -308,7 +308,11 @@ def test_several_sequences_decode_in_one_batch_as_each_alone(smollm_path):
             m.use(seq)
             m.reset()
         m.use(1)
-        rows = m.decode_batch([(seq, p) for seq, p in enumerate(prompts)])
+        # the parts in another order than their sequences' (decode_batch sorts them
+        # for llama.cpp): each part's rows still come back in the parts' order
+        order = [2, 0, 1]
+        got = m.decode_batch([(seq, prompts[seq]) for seq in order])
+        rows = [got[order.index(seq)] for seq in range(3)]
         assert m.seq == 1 and [len(r) for r in rows] == [len(p) for p in prompts]
         for seq, (got, want) in enumerate(zip(rows, alone)):
             assert np.array_equal(got.argmax(axis=1), want.argmax(axis=1)), seq

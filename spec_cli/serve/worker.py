@@ -246,10 +246,11 @@ class Worker:
         best = max(free, key=lambda seq: (held[seq], -self._used.get(seq, 0)))
         if held[best] >= SIMILAR * len(tokens):
             return best
-        # else the free slot that keeps the busy ones closest together: llama.cpp's
-        # attention over non-unified sequences spans every sequence from the batch's
-        # lowest to its highest (measured: 4 rows in sequences 0,2,5,7 took 238 ms,
-        # in 0-3 109 ms), then the least recently used
+        # else the free slot that keeps the busy ones closest together: llama.cpp
+        # puts into one graph only sequences that follow each other (each a KV
+        # cache of its own; llama_batch_allocr::split_equal), so 4 rows in sequences
+        # 0,2,5,7 are four passes over the weights (286 ms, against 125 ms in 0-3),
+        # then the least recently used
         busy = [seq for seq, r in enumerate(self.slots) if r is not None]
 
         def span(seq: int) -> int:
