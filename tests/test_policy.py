@@ -320,3 +320,56 @@ def test_on_a_gpu_a_batch_leaves_drafting_on():
     policy = _learned(cost)
     policy.load = Load(rows=7, tokens=7.0, others=7)
     assert plan(policy, "ngram4", 6) >= 4
+
+
+def test_passes_are_llama_cpps_split_of_a_batch_over_sequences():
+    """A pass runs consecutive sequences with rows left, the same number from
+    each (llama_batch_allocr::split_equal over a KV cache per sequence)."""
+    from spec_cli.core.policy import passes
+
+    assert passes([(0, 1), (1, 1), (2, 1), (3, 1)]) == [4]
+    assert passes([(3, 1), (1, 1), (0, 1), (2, 1)]) == [4]           # the parts' order does not matter
+    assert passes([(0, 5), (1, 1), (2, 1), (3, 1)]) == [4, 4]
+    assert passes([(0, 4), (1, 4), (2, 4), (3, 4)]) == [16]
+    assert passes([(0, 1), (2, 1), (5, 1), (7, 1)]) == [1, 1, 1, 1]  # gaps: a pass each
+    assert passes([(0, 1), (1, 3), (2, 3)]) == [3, 4]
+    assert passes([(0, 128), (1, 1)]) == [2, 127]                    # a prompt's chunk beside a row
+    assert passes([(0, 0), (1, 2)]) == [2] and passes([]) == []
+
+
+def test_a_batch_drafts_together_or_not_at_all_where_each_pass_costs_a_weights_read():
+    """On a GPU a pass costs about the same whatever its rows: one request
+    drafting among plain ones adds a pass (twice the step), so a lone
+    drafter needs long accepted runs, while requests that all can draft
+    draft together in one pass.  The first to plan sees the ones after it
+    (Load.following) and drafts; the last, seeing the others' drafts, joins
+    with as long a one; a request whose neighbours cannot draft stays plain."""
+    from spec_cli.core.policy import Load
+
+    cost = CostModel.from_timings({n: 0.020 + 0.0002 * n for n in range(1, 130)}, 129)
+    policy = _learned(cost)
+    rates = tuple(policy.chances("ngram4")[:6])
+    shape = ((0, 1), (1, 1), (2, 1), (3, 1))
+    policy.load = Load(rows=3, tokens=0.0, others=3, shape=shape, seq=0,
+                       following=((1, rates), (2, rates), (3, rates)))
+    first = plan(policy, "ngram4", 6)
+    assert first >= 4
+    planned = ((0, first + 1), (1, first + 1), (2, first + 1), (3, 1))
+    policy.load = Load(rows=3 * (first + 1), tokens=3 * 2.0, others=3, shape=planned, seq=3)
+    assert plan(policy, "ngram4", 6) == first       # one pass again: its draft costs nearly nothing
+    policy.load = Load(rows=3, tokens=3.0, others=3, shape=shape, seq=0,
+                       following=((1, ()), (2, ()), (3, ())))
+    assert plan(policy, "ngram4", 6) == 0           # alone among plain rows: a second pass, not repaid
+
+
+def test_on_a_cpu_a_draft_that_would_split_the_batch_into_passes_is_priced_as_such():
+    """Where rows cost (a CPU), a draft among plain rows is priced as llama.cpp
+    runs it: the plain pass, then a pass of the draft's rows alone."""
+    from spec_cli.core.policy import Load
+
+    cost = CostModel.from_timings({n: 0.04 + 0.025 * (n - 1) for n in range(1, 130)}, 129)
+    policy = _learned(cost)
+    policy.load = Load(rows=3, tokens=3.0, others=3, shape=((0, 1), (1, 1), (2, 1), (3, 1)), seq=0)
+    assert policy.step_s(3, 0.0) == pytest.approx(cost.c(4) + cost.c(3))
+    assert policy.plain_s() == pytest.approx(cost.c(4))
+    assert plan(policy, "ngram4", 6) == 0

@@ -215,17 +215,59 @@ def unknown_prior(source: str, n: int) -> list[float]:
     return [UNKNOWN_PRIOR] * n
 
 
+def passes(parts) -> list[int]:
+    """The rows of each pass llama.cpp makes over the weights for a batch of
+    (sequence, rows) parts, each sequence a KV cache of its own
+    (llama_batch_allocr::split_equal, sequential): a pass takes the lowest
+    sequence with rows left and the ones that follow it by one with rows
+    left, the same number of rows from each (the fewest any has left).  So
+    four sequences of one row each are one pass, [5, 1, 1, 1] two (4 rows,
+    then 4), sequences 0 and 2 two."""
+    left: dict[int, int] = {}
+    for seq, rows in parts:
+        if rows > 0:
+            left[seq] = left.get(seq, 0) + rows
+    out = []
+    while left:
+        seqs = sorted(left)
+        run = seqs[:1]
+        for seq in seqs[1:]:
+            if seq != run[-1] + 1:
+                break
+            run.append(seq)
+        n = min(left[seq] for seq in run)
+        out.append(n * len(run))
+        for seq in run:
+            left[seq] -= n
+            if not left[seq]:
+                del left[seq]
+    return out
+
+
 @dataclass(frozen=True)
 class Load:
     """What else runs in the same target batch (several requests at once,
     run/batch.py): the other sequences' rows, the tokens they are expected
     to yield, and the seconds their drafting adds to the step.  Alone, all
-    three are 0 and every formula below is the one-sequence one."""
+    three are 0 and every formula below is the one-sequence one.
+
+    Where `shape` is given (the batch's parts as (sequence, rows), this
+    request's `seq` among them with one row), a step costs what llama.cpp's
+    passes over those parts cost (`passes`), not c(all rows): a draft that
+    makes its sequence longer than the others' costs a pass of its own.
+    `following`: the requests not planned yet, as (sequence, the chances of
+    the draft each could make), each taken to draft as many tokens as this
+    one (where its chances reach), so that the first to plan sees what a
+    batch drafting together costs and yields, not only what drafting alone
+    among plain rows does."""
 
     rows: int = 0
     tokens: float = 0.0
     extra_s: float = 0.0
     others: int = 0   # the other sequences: a one-time cost (a draft model's catch-up) stalls them too
+    shape: tuple[tuple[int, int], ...] = ()
+    seq: int = -1
+    following: tuple[tuple[int, tuple[float, ...]], ...] = ()
 
 
 ALONE = Load()
@@ -284,9 +326,15 @@ class Policy:
     # -- a step's time and yield, the batch around this sequence included --
     def step_s(self, k: int, d: float) -> float:
         """Seconds of a step in which this sequence drafts k tokens: the
-        target batch of its k + 1 rows and the others', and every drafting."""
+        target batch of its k + 1 rows and the others', and every drafting
+        (the requests that follow drafting as this one)."""
         load = self.load
-        return self.cost.c(load.rows + k + 1) + k * d + load.extra_s
+        if not load.shape:
+            return self.cost.c(load.rows + k + 1) + k * d + load.extra_s
+        more = {load.seq: k, **{seq: min(k, len(rates)) for seq, rates in load.following}}
+        parts = [(seq, rows + more.get(seq, 0)) for seq, rows in load.shape]
+        drafted = sum(more.values())
+        return sum(self.cost.c(n) for n in passes(parts)) + drafted * d + load.extra_s
 
     def plain_s(self) -> float:
         """Seconds of the step with this sequence not drafting."""
@@ -304,8 +352,11 @@ class Policy:
         load = self.load
         if not load.rows:
             return True
-        return ((load.tokens + expected_tokens(rates)) / self.step_s(len(rates), d)
-                > (load.tokens + 1.0) / self.plain_s())
+        k = len(rates)  # this request's draft, and as long a one for those that follow
+        follow = sum(expected_tokens(list(r[:k])) for _, r in load.following)
+        n = len(load.following)
+        return ((load.tokens + expected_tokens(rates) + follow) / self.step_s(k, d)
+                > (load.tokens + 1.0 + n) / self.plain_s())
 
     def _saves(self, rates: list[float], d: float, setup_s: float) -> bool:
         """Does drafting len(rates) tokens a step beat the target alone over
@@ -326,6 +377,20 @@ class Policy:
         while best_k and not self._batch_gains(rates[:best_k], d):
             best_k -= 1  # a shorter draft costs the others less
         return best_k
+
+    def outlook(self, candidates, limit: int) -> tuple[float, ...]:
+        """The chances of the likeliest draft among `candidates` (of up to
+        `limit` tokens), for the requests planned before this one in a batch
+        (Load.following); () where none may draft."""
+        best: tuple[float, ...] = ()
+        for cand in candidates:
+            n = min(limit, cand.limit, self.k_max)
+            if n <= 0 or _group(cand.source) in self.stopped:
+                continue
+            rates = tuple(self.chances(cand.source)[:n])
+            if expected_tokens(list(rates)) > expected_tokens(list(best)):
+                best = rates
+        return best
 
     def choose(self, candidates, limit: int):
         """Once per step: which candidate drafts, and how far.

@@ -36,7 +36,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..core.policy import ALONE, Load, expected_tokens
+from ..core.policy import ALONE, Load, expected_tokens, passes
 from ..core.tokens import common_prefix
 from .engine import Generation, Round, Step, keep_going, step as one_step
 from .proposers.base import EMPTY, Proposal
@@ -192,7 +192,7 @@ class Batch:
         target, timer = self.target, self.target.timer
         t0 = time.perf_counter()
         n_read = sum(len(tokens) for _, tokens in reading)
-        self._draft_all(running, n_read)
+        self._draft_all(running, reading)
         parts = [(s.seq, tokens, False) for s, tokens in reading]
         parts += [(s.seq, [s.context[-1], *s.draft]) for s in running]
         rows_n = sum(len(s.draft) + 1 for s in running)
@@ -212,11 +212,13 @@ class Batch:
         t2 = time.perf_counter()
         verify_s, host_verify = t2 - t1, max(t2 - t1 - (timer.seconds - d1), 0.0)
         clock = self.clock
-        if clock is not None:  # the simulated machine's price of the whole batch, whoever's rows
-            verify_s = clock.verify_s(rows_n + n_read) + host_verify
+        shape = passes([(s.seq, len(tokens)) for s, tokens in reading]
+                       + [(s.seq, len(s.draft) + 1) for s in running])
+        if clock is not None:  # the simulated machine's price of llama.cpp's passes, whoever's rows
+            verify_s = sum(clock.verify_s(n) for n in shape) + host_verify
         cost = target.costs
-        if cost is not None and clock is None and not reading:
-            cost.observe_verify(rows_n, verify_s)
+        if cost is not None and clock is None and not reading and len(shape) == 1:
+            cost.observe_verify(rows_n, verify_s)  # c(n) is one pass's price
         out = []
         for s, r, (n_acc, token) in zip(running, rows, picks):
             g = s.gen
@@ -232,42 +234,55 @@ class Batch:
             if not s.unread:
                 self._ready(s)
         charged = verify_s + sum(s.draft_s for s in running)
-        self._fair(out, charged if clock is not None else time.perf_counter() - t0, n_read)
+        self._fair(out, charged if clock is not None else time.perf_counter() - t0,
+                   [(s.seq, len(tokens)) for s, tokens in reading])
         return out, charged
 
-    def _draft_all(self, running: list[Stream], n_read: int) -> None:
+    def _draft_all(self, running: list[Stream], reading: list[tuple[Stream, list[int]]]) -> None:
         """Each running request's draft: its policy, told the batch around
-        it, chooses (in order: editors first, each after those before it);
+        it, chooses (in order: editors first, each after those before it,
+        the ones after it taken to draft as it does where they can: see
+        core.policy.Load);
         then the draft model drafts for every request that chose it, all
         together, and the other proposers (lookup, MTP) for each alone."""
         timer = self.target.timer
-        planned: list[tuple[int, float, float]] = []  # (rows, expected tokens, drafting s) of those planned
-        plans = []
         behind = [s for s in running if s.owed - s.got > max(FAIR_TOKENS, FAIR_SHARE * s.owed)]
-        for i, s in enumerate(running):
+        offers = []  # each request's draft limit, candidates, the chances of its likeliest draft, seconds
+        for s in running:
             g, policy = s.gen, s.gen.policy
             self.pair.use(s.seq)
             k = g.limit() if not behind or s in behind else 0  # a request fell behind: the others wait
-            if policy is not None:
-                later = len(running) - i - 1  # not planned yet: taken as plain
-                policy.load = Load(rows=n_read + sum(p[0] for p in planned) + later,
-                                   tokens=sum(p[1] for p in planned) + later,
-                                   extra_s=sum(p[2] for p in planned), others=len(running) - 1)
             t0 = time.perf_counter()
             cands = g.proposer.candidates(g.context) if k > 0 else []
             if len(running) > 1:
                 # a draft model that would first read what it missed (a new request's
                 # prompt) does not draft here: every request in the batch would wait for it
                 cands = [c for c in cands if c.setup_s == 0.0]
+            outlook = policy.outlook(cands, k) if policy is not None else ()
+            offers.append((k, cands, outlook, time.perf_counter() - t0))
+        # the batch's parts as llama.cpp will run them: the prompts' chunks, and
+        # a row each for the running requests until each has chosen its draft
+        rows_of = {s.seq: len(tokens) for s, tokens in reading}
+        rows_of.update({s.seq: 1 for s in running})
+        tokens = extra = 0.0
+        plans = []
+        for i, (s, (k, cands, _, spent)) in enumerate(zip(running, offers)):
+            g, policy = s.gen, s.gen.policy
+            self.pair.use(s.seq)
+            t0 = time.perf_counter()
+            if policy is not None:
+                policy.load = Load(rows=sum(rows_of.values()) - 1, tokens=tokens, extra_s=extra,
+                                   others=len(running) - 1, shape=tuple(rows_of.items()), seq=s.seq,
+                                   following=tuple((o.seq, offers[j][2])
+                                                   for j, o in enumerate(running) if j > i))
             cand, k = policy.choose(cands, k) if policy else (cands[0] if cands else None, k)
             k = min(k, cand.limit) if cand else 0
-            rows, expect, extra = 1, 1.0, 0.0
+            tokens += 1.0
             if cand and k > 0 and policy is not None:
-                rows += k
-                expect = expected_tokens(policy.chances(cand.source)[:k])
-                extra = policy.draft_s.get(cand.source, 0.0) * k
-            planned.append((rows, expect, extra))
-            plans.append((s, cand, k, time.perf_counter() - t0))
+                rows_of[s.seq] += k
+                tokens += expected_tokens(policy.chances(cand.source)[:k]) - 1.0
+                extra += policy.draft_s.get(cand.source, 0.0) * k
+            plans.append((s, cand, k, spent + time.perf_counter() - t0))
         together, alone = [], []
         for s, cand, k, spent in plans:
             s.prop, s.draft, s.draft_s, s.steady_s, s.host_draft_s = EMPTY, [], spent, spent, spent
@@ -301,15 +316,16 @@ class Batch:
                 if clock is not None:
                     s.draft_s = s.steady_s = charged * share + s.host_draft_s
 
-    def _fair(self, out: list[tuple[Stream, Step]], seconds: float, n_read: int) -> None:
+    def _fair(self, out: list[tuple[Stream, Step]], seconds: float, reading: list[tuple[int, int]]) -> None:
         """Count what each request got this round against what it would have
         got in the same seconds had no request drafted: a round of one row
         each (and the same prompt chunk), as the cost model prices it."""
         if len(out) < 2:
             return
-        rows = len(out) + n_read
-        plain_s = self.clock.verify_s(rows) if self.clock is not None else (
-            self.target.costs.c(rows) if self.target.costs is not None else 0.0)
+        plain = passes([(s.seq, 1) for s, _ in out] + list(reading))
+        price = self.clock.verify_s if self.clock is not None else (
+            self.target.costs.c if self.target.costs is not None else None)
+        plain_s = sum(price(n) for n in plain) if price is not None else 0.0
         if plain_s <= 0:
             return
         for s, st in out:
