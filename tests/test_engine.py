@@ -327,3 +327,22 @@ def test_several_sequences_decode_in_one_batch_as_each_alone(smollm_path):
             m.truncate(len(prompts[seq]))
             again = m.decode([nxt[seq]], logits_from=0)
             assert int(again[0].argmax()) == int(more[seq][0].argmax())
+
+
+def test_a_sequence_cache_copied_to_another_continues_there_as_in_the_first(smollm_path):
+    """Model.copy_seq: the copy holds the tokens and their KV (the next row
+    is the one the first sequence gives), and the first keeps its own."""
+    from spec_cli.llama.model import LoadConfig, Model
+    with Model(smollm_path, LoadConfig(n_ctx=256, n_seq=3)) as m:
+        prompt = m.vocab.tokenize("def add(a, b):\n    return")
+        m.use(2)
+        m.decode(prompt)
+        m.use(1)
+        m.decode(m.vocab.tokenize("Something else entirely"))
+        assert m.copy_seq(2, 0) and m.copy_seq(2, 1)  # 1's own tokens are gone
+        rows = m.decode_batch([(seq, [prompt[-1]]) for seq in range(3)])
+        for seq in range(3):
+            m.use(seq)
+            assert m.tokens == prompt + [prompt[-1]]
+            assert np.allclose(rows[seq], rows[2], atol=1e-3)
+        assert not m.copy_seq(1, 1)

@@ -282,3 +282,24 @@ def test_a_files_gguf_facts_are_read_once_and_again_when_it_changes(tmp_path, mo
     assert gguf.token_digest(f) == digest and gguf.mtp_layers(f) == 1
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert gguf.token_digest(f) != digest and gguf.token_digest(f)[0] == 2 and gguf.mtp_layers(f) == 3
+
+
+def test_a_request_runs_beside_the_busy_slots_taking_its_cached_prefix_with_it():
+    """serve's slot choice (worker.choose_slot): the cached prefix where it
+    keeps the busy slots together, else copied to a slot that does; a
+    prompt no slot holds half of goes beside the busy ones, least recently
+    used first."""
+    from spec_cli.serve.worker import choose_slot
+
+    free = [0, 2, 3]
+    # slot 2 holds the prompt and sits beside busy slot 1: run there
+    assert choose_slot(free, [1], {0: 0, 2: 90, 3: 0}, {}, 100) == (2, None)
+    # slot 3 holds it but busy 1 and 3 would need two passes: copy it to 0 or 2
+    place, cached = choose_slot(free, [1], {0: 0, 2: 0, 3: 90}, {0: 5, 2: 1}, 100)
+    assert cached == 3 and place == 2  # beside 1, the least recently used of 0 and 2
+    # nothing busy: the prefix stays where it is
+    assert choose_slot(free, [], {0: 0, 2: 0, 3: 90}, {}, 100) == (3, None)
+    # less than half held: no reuse, the place beside the busy ones
+    assert choose_slot(free, [1], {0: 0, 2: 0, 3: 40}, {0: 1, 2: 2}, 100) == (0, None)
+    # the place already holds as much: no copy
+    assert choose_slot([0, 2], [1], {0: 60, 2: 60}, {0: 3, 2: 1}, 100) == (2, None)

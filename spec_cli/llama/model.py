@@ -471,6 +471,25 @@ class Model:
         if again:
             self.decode(again)
 
+    @property
+    def copyable(self) -> bool:
+        """Can one sequence's cache be copied to another (copy_seq)?"""
+        return not self.recurrent and self._tape is None
+
+    def copy_seq(self, src: int, dst: int) -> bool:
+        """Make sequence `dst`'s KV cache hold what `src`'s holds (`src`
+        keeps it too): with a KV cache per sequence llama.cpp copies the
+        buffer at the next decode.  False, doing nothing, where a sequence's
+        state lives elsewhere too (recurrent layers, the MTP tape)."""
+        if src == dst or not self.copyable:
+            return False
+        self._settled(src)
+        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+        self._seqs[dst][:] = self._seqs[src]
+        self._unsure.discard(dst)
+        self._ckpt.drop(dst)
+        return True
+
     def reset(self) -> None:
         """Empty this sequence's KV cache (the others keep theirs)."""
         if self.n_seq == 1:

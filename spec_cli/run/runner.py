@@ -65,6 +65,14 @@ class Pair:
         if self.draft is not None:
             self.draft.use(seq)
 
+    def copy_seq(self, src: int, dst: int) -> bool:
+        """Both models' sequence `dst` a copy of `src` (llama.Model.copy_seq);
+        False, nothing done, where either model cannot."""
+        models = [m for m in (self.target, self.draft) if m is not None]
+        if src == dst or not all(m.copyable for m in models):
+            return False
+        return all([m.copy_seq(src, dst) for m in models])
+
     def reset(self) -> None:
         """Empty both KV caches (of the sequence in use)."""
         self.target.reset()

@@ -9,8 +9,9 @@ went away leaves at once.  Nothing is reset between requests: a slot's
 KV cache keeps its last request's tokens, and a new request goes to the
 free slot whose cache holds at least half of its prompt (`_slot_for`),
 so the next turn of a chat or the next completion in the same file
-evaluates only what is new; the lookup drafts from every earlier output
-(suffix.Store).
+evaluates only what is new (copied first to a slot beside the busy ones
+where its own would leave a gap between them: `choose_slot`); the lookup
+drafts from every earlier output (suffix.Store).
 
 Editors (`/infill`) wait in a queue of their own and take the first free
 slot.  With --deterministic, the requests running at once take turns, a
@@ -45,6 +46,37 @@ log = logging.getLogger("spec_cli.serve")
 
 
 SIMILAR = 0.5  # a slot is reused for a prompt it holds this share of (Worker._slot_for)
+
+
+def choose_slot(free: list[int], busy: list[int], held: dict[int, int], used: dict[int, int],
+                n_tokens: int) -> tuple[int, int | None]:
+    """Where a prompt of `n_tokens` runs: (slot, the slot whose cache it takes
+    first, or None).  `held`: how much of the prompt each free slot's cache
+    holds as a prefix; `used`: when each slot last took a request.
+
+    The cache to reuse: the free slot's that holds most of the prompt, where
+    that is at least SIMILAR of it (a chat's next turn, the same file again:
+    llama-server's slot_prompt_similarity, 0.5), so that a request that
+    only shares a chat template's first tokens with a slot does not evict
+    what that slot holds.  The place: the free slot that keeps the busy
+    ones in the fewest runs of consecutive slots, then closest together,
+    then the least recently used: llama.cpp runs only sequences that follow
+    each other in one pass over the weights (each a KV cache of its own;
+    llama_batch_allocr::split_equal), so 4 rows in sequences 0,2,5,7 are
+    four passes (286 ms, against 125 ms in 0-3).  Where the slot holding
+    the prefix would split the busy ones further, its cache is copied to
+    the place (Pair.copy_seq: a buffer copy, not the prompt read again)."""
+    def apart(seq: int) -> tuple[int, int]:  # (runs of consecutive busy slots, span) with seq busy too
+        ids = sorted(busy + [seq])
+        return 1 + sum(b != a + 1 for a, b in zip(ids, ids[1:])), ids[-1] - ids[0]
+
+    place = min(free, key=lambda seq: (apart(seq), used.get(seq, 0)))
+    best = max(free, key=lambda seq: (held[seq], apart(seq) == apart(place), -used.get(seq, 0)))
+    if held[best] < SIMILAR * n_tokens or held[best] <= held[place]:
+        return place, None
+    if apart(best)[0] <= apart(place)[0]:
+        return best, None
+    return place, best
 
 
 @dataclass(frozen=True)
@@ -233,31 +265,14 @@ class Worker:
             log.exception("request failed")
             job.emit("error", internal(e))
 
-    def _slot_for(self, tokens: list[int]) -> int:
-        """The free slot whose KV cache holds most of `tokens` as a prefix,
-        where that is at least SIMILAR of them (a chat's next turn, the same
-        file again: llama-server's slot_prompt_similarity, 0.5), so that a
-        request that only shares a chat template's first tokens with a slot
-        does not evict what that slot holds; else the one nearest the busy
-        slots."""
+    def _slot_for(self, tokens: list[int]) -> tuple[int, int | None]:
+        """(the slot `tokens` runs in, the slot whose cache it takes first or
+        None): `choose_slot` over the slots now."""
         t = self.pair.target
         free = [seq for seq, r in enumerate(self.slots) if r is None]
-        held = {seq: common_prefix(t._seqs[seq], tokens) for seq in free}
-        best = max(free, key=lambda seq: (held[seq], -self._used.get(seq, 0)))
-        if held[best] >= SIMILAR * len(tokens):
-            return best
-        # else the free slot that keeps the busy ones closest together: llama.cpp
-        # puts into one graph only sequences that follow each other (each a KV
-        # cache of its own; llama_batch_allocr::split_equal), so 4 rows in sequences
-        # 0,2,5,7 are four passes over the weights (286 ms, against 125 ms in 0-3),
-        # then the least recently used
         busy = [seq for seq, r in enumerate(self.slots) if r is not None]
-
-        def span(seq: int) -> int:
-            ids = busy + [seq]
-            return max(ids) - min(ids)
-
-        return min(free, key=lambda seq: (span(seq), self._used.get(seq, 0)))
+        held = {seq: common_prefix(t._seqs[seq], tokens) for seq in free}
+        return choose_slot(free, busy, held, self._used, len(tokens))
 
     def _begin(self, job: Job) -> None:
         req, pair = job.req, self.pair
@@ -268,7 +283,9 @@ class Worker:
         if len(tokens) >= n_ctx:
             raise ApiError(400, f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}: "
                                 "shorten it, or restart the server with a larger --ctx", param=where)
-        seq = self._slot_for(tokens)
+        seq, cached = self._slot_for(tokens)
+        if cached is not None and not pair.copy_seq(cached, seq):
+            seq = cached  # a model whose sequences cannot be copied: the prefix where it is
         self._used[seq] = self._tick = self._tick + 1
         pair.use(seq)
         if not req.cache_prompt:
