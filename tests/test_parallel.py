@@ -91,6 +91,44 @@ def test_requests_in_one_batch_each_get_the_text_alone_gets(pair, temp):
         assert m is None or m <= NEAR_TIE, f"request {i} parts from the target alone at a margin of {m}"
 
 
+def test_an_editor_beside_chats_keeps_within_its_pace_alone(pair):
+    """An /infill beside three chats, on a simulated clock where every row
+    costs half a token's time (a CPU's shape: a shared batch of four rows
+    is 2.5 times one row): rounds of the editor alone keep its seconds
+    within EDITOR_PACE of what its rounds would have cost alone, and the
+    chats go on to their ends."""
+    from spec_cli.run.batch import EDITOR_PACE, Batch
+    from spec_cli.run.clock import Clock
+    from spec_cli.run.engine import GenConfig, Generation
+
+    clock = Clock.parametric("cpu-like", c1_ms=50, slope=0.5, knee=16, slope_after=0.5,
+                             prefill_ms_per_token=10, draft_ratio=0.3)
+    vocab = pair.target.vocab
+    for seq in range(pair.target.n_seq):
+        pair.use(seq)
+        pair.reset()
+    batch = Batch(pair, clock=clock)
+    streams = {}
+    for seq, (text, n, editor) in enumerate([(PROMPTS[1], 60, False), (PROMPTS[2], 60, False),
+                                             (PROMPTS[4], 60, False), (PROMPTS[0], 24, True)]):
+        cfg = GenConfig(max_tokens=n, seed=seq, clock=clock)
+        tokens = vocab.tokenize(text, add_special=True, parse_special=False)
+        streams[batch.add(seq, Generation(pair.target, pair.new_proposer(), tokens, cfg), editor=editor)] = []
+    editor = next(s for s in streams if s.editor)
+    alone_rounds = 0
+    while len(batch):
+        steps = batch.round()
+        if [s for s, _ in steps] == [editor] and len(batch) > 1:
+            alone_rounds += 1
+        for s, st in steps:
+            streams[s].extend(st.tokens)
+            if st.finish_reason is not None:
+                batch.drop(s)
+    assert alone_rounds > 0 and len(streams[editor]) == 24
+    assert editor.spent_s <= EDITOR_PACE * editor.alone_s + clock.verify_s(4 + 4 * 16)
+    assert all(len(t) == 60 for s, t in streams.items() if not s.editor)
+
+
 # -- the server ------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -373,3 +373,24 @@ def test_on_a_cpu_a_draft_that_would_split_the_batch_into_passes_is_priced_as_su
     assert policy.step_s(3, 0.0) == pytest.approx(cost.c(4) + cost.c(3))
     assert policy.plain_s() == pytest.approx(cost.c(4))
     assert plan(policy, "ngram4", 6) == 0
+
+
+def test_a_batch_plan_that_splits_into_passes_is_trimmed_where_that_is_faster():
+    """trim_drafts: drafts chosen one request at a time are shortened --
+    to nothing, or to another's length so that they share passes -- where
+    the whole batch then makes more tokens a second; never lengthened."""
+    from spec_cli.core.policy import trim_drafts
+
+    flat = lambda n: 0.020 + 0.0002 * n  # noqa: E731  a GPU: a pass costs about the same whatever its rows
+    cpu = lambda n: 0.04 + 0.025 * (n - 1)  # noqa: E731  a CPU: every row costs
+    sure, weak = (0.9,) * 6, (0.3,) * 6
+    plain = [(2, 0, (), 0.0), (3, 0, (), 0.0)]
+    # two sure drafts beside two plain rows on a GPU: the second pass is repaid
+    assert trim_drafts([], [(0, 4, sure[:4], 0.0), (1, 4, sure[:4], 0.0)] + plain, flat) == [4, 4, 0, 0]
+    # a weak lone draft on a CPU: its pass is not repaid
+    assert trim_drafts([], [(0, 4, weak[:4], 0.0), (1, 0, (), 0.0)] + plain, cpu) == [0, 0, 0, 0]
+    # a long draft that is sure only at first, beside a short one: cut to share the short one's passes
+    tail = (0.9, 0.9, 0.05, 0.05, 0.05, 0.05)
+    assert trim_drafts([], [(0, 6, tail, 0.0), (1, 2, sure[:2], 0.0)] + plain, flat) == [2, 2, 0, 0]
+    # a prompt's chunk in the batch stays as it is
+    assert trim_drafts([(4, 64)], [(0, 0, (), 0.0), (1, 0, (), 0.0)] + plain, cpu) == [0, 0, 0, 0]

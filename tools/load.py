@@ -12,6 +12,11 @@ to last byte) as median and worst, and the completion tokens (a server that
 stops at an end-of-generation token writes fewer).  Each prompt is sent
 once before the runs, so every server finds the same warm state.
 
+With --infill FILE an editor completes beside the chats (/infill, one
+request after another, a second apart, as llama.vim asks while one
+types): first alone, then during each run, its latency reported as median
+and worst.
+
 Wall clock on this machine; nothing here is asserted.  Run one server at a
 time, with nothing else heavy on the machine.
 """
@@ -47,10 +52,41 @@ def ask(url: str, prompt: str, max_tokens: int) -> tuple[int, float]:
     return reply["usage"]["completion_tokens"], time.perf_counter() - t0
 
 
-def run(url: str, prompts: list[str], clients: int, max_tokens: int) -> dict:
+def infill(url: str, code: str, n_predict: int) -> float:
+    """One editor completion (/infill, as llama.vim asks): the function's
+    signature and docstring before the cursor, the file's next function
+    after it; its latency (request to last byte)."""
+    body = {"input_prefix": code, "input_suffix": "\n\n\ndef main():\n    pass\n", "n_predict": n_predict,
+            "temperature": 0, "cache_prompt": True, "stream": False}
+    req = urllib.request.Request(url + "/infill", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=1800) as r:
+        json.loads(r.read())
+    return time.perf_counter() - t0
+
+
+def infills(url: str, codes: list[str], n_predict: int, stop: threading.Event | None = None) -> list[float]:
+    """The editor's completions one after another (a second apart), until
+    `stop` is set (all of them where there is none)."""
+    out = []
+    for code in codes:
+        if stop is not None and stop.is_set():
+            break
+        out.append(infill(url, code, n_predict))
+        if stop is not None:
+            stop.wait(1.0)
+    return out
+
+
+def run(url: str, prompts: list[str], clients: int, max_tokens: int, editor: tuple | None = None) -> dict:
     todo = list(enumerate(prompts))
     lock = threading.Lock()
     done: list[tuple[int, int, float]] = []
+    stop, edits = threading.Event(), []
+    side = None
+    if editor is not None:  # an editor completing beside the chats, while they run
+        codes, n_predict = editor
+        side = threading.Thread(target=lambda: edits.extend(infills(url, codes * 100, n_predict, stop)))
 
     def client():
         while True:
@@ -66,14 +102,23 @@ def run(url: str, prompts: list[str], clients: int, max_tokens: int) -> dict:
     threads = [threading.Thread(target=client) for _ in range(clients)]
     for t in threads:
         t.start()
+    if side is not None:
+        side.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    if side is not None:
+        stop.set()
+        side.join()
     latencies = [s for _, _, s in done]
     tokens = sum(t for _, t, _ in done)
-    return {"clients": clients, "requests": len(done), "tokens": tokens, "seconds": round(wall, 2),
-            "tok_s": round(tokens / wall, 2), "latency_median_s": round(statistics.median(latencies), 2),
-            "latency_max_s": round(max(latencies), 2)}
+    row = {"clients": clients, "requests": len(done), "tokens": tokens, "seconds": round(wall, 2),
+           "tok_s": round(tokens / wall, 2), "latency_median_s": round(statistics.median(latencies), 2),
+           "latency_max_s": round(max(latencies), 2)}
+    if edits:
+        row.update({"infills": len(edits), "infill_median_s": round(statistics.median(edits), 2),
+                    "infill_max_s": round(max(edits), 2)})
+    return row
 
 
 def main() -> None:
@@ -85,13 +130,27 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--label", default="")
     ap.add_argument("--no-warm", action="store_true", help="skip sending each prompt once before")
+    ap.add_argument("--infill", metavar="FILE", help="an editor beside the chats: /infill requests one after "
+                    "another (their prompts: FILE's completion prompts, e.g. humaneval-completion.jsonl), "
+                    "first alone, then during each run; their latency reported")
+    ap.add_argument("--infill-tokens", type=int, default=32)
     args = ap.parse_args()
     prompts = load_prompts(args.prompts, args.n)
     if not args.no_warm:
         for p in prompts:
             ask(args.url, p, 1)
+    editor = None
+    if args.infill:
+        codes = load_prompts([args.infill], 4)
+        for code in codes:  # warm, as the chats' prompts
+            infill(args.url, code, 1)
+        alone = infills(args.url, codes * 2, args.infill_tokens)
+        print(json.dumps({"label": args.label, "clients": 0, "infills": len(alone),
+                          "infill_median_s": round(statistics.median(alone), 2),
+                          "infill_max_s": round(max(alone), 2)}), flush=True)
+        editor = (codes, args.infill_tokens)
     for c in (int(x) for x in args.clients.split(",")):
-        row = {"label": args.label, **run(args.url, prompts, c, args.max_tokens)}
+        row = {"label": args.label, **run(args.url, prompts, c, args.max_tokens, editor)}
         print(json.dumps(row), flush=True)
 
 

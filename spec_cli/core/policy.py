@@ -244,6 +244,37 @@ def passes(parts) -> list[int]:
     return out
 
 
+def trim_drafts(fixed, drafts, price) -> list[int]:
+    """The batch's plan made no slower: each request chose its draft in turn
+    (Load), so together the drafts may split the batch into passes that
+    cost more than they yield.  `fixed`: (sequence, rows) parts that stay
+    (prompt chunks); `drafts`: per request (sequence, k, chances, seconds
+    a drafted token); `price(n)`: one pass of n rows.  Shortens drafts --
+    to nothing, or to another request's length so that they share passes
+    -- while that makes more tokens a second for the whole batch; returns
+    each request's k."""
+    ks = [k for _, k, _, _ in drafts]
+
+    def rate(ks) -> float:
+        parts = list(fixed) + [(seq, k + 1) for (seq, _, _, _), k in zip(drafts, ks)]
+        seconds = sum(price(n) for n in passes(parts)) + sum(k * d for (_, _, _, d), k in zip(drafts, ks))
+        made = sum(expected_tokens(list(chances[:k])) for (_, _, chances, _), k in zip(drafts, ks))
+        return made / seconds if seconds > 0 else 0.0
+
+    best = rate(ks)
+    while True:
+        move = None
+        for i, k in enumerate(ks):
+            for shorter in {0, *(j for j in ks if 0 < j < k)}:
+                trial = ks[:i] + [shorter] + ks[i + 1:]
+                r = rate(trial)
+                if r > best * (1 + 1e-9):
+                    best, move = r, trial
+        if move is None:
+            return ks
+        ks = move
+
+
 @dataclass(frozen=True)
 class Load:
     """What else runs in the same target batch (several requests at once,

@@ -36,7 +36,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..core.policy import ALONE, Load, expected_tokens, passes
+from ..core.policy import ALONE, Load, expected_tokens, passes, trim_drafts
 from ..core.tokens import common_prefix
 from .engine import Generation, Round, Step, keep_going, step as one_step
 from .proposers.base import EMPTY, Proposal
@@ -47,6 +47,10 @@ CHUNK = 128  # prompt tokens read a round, over all the requests that are readin
 # requests ahead of it draft nothing until it is back within the bound
 FAIR_SHARE = 0.1
 FAIR_TOKENS = 4.0
+# an editor's request (/infill) may take this many times the seconds its
+# rounds would have taken alone; past it, rounds run editors only until it
+# is back within (the others wait: an editor's latency comes first)
+EDITOR_PACE = 1.25
 
 
 @dataclass(eq=False)
@@ -64,6 +68,10 @@ class Stream:
     # those it would have got in the same seconds with no request drafting
     got: float = 0.0
     owed: float = 0.0
+    # an editor's pace (Batch._pace): seconds of the rounds it was in, and
+    # what those rounds would have cost it alone
+    spent_s: float = 0.0
+    alone_s: float = 0.0
     # this round's draft (Batch.round)
     prop: Proposal = EMPTY
     draft: list = field(default_factory=list)
@@ -132,6 +140,10 @@ class Batch:
             return out
         reading = self._reading_parts()
         running = [s for s in self.streams if not s.reading]
+        if any(s.editor and s.spent_s > EDITOR_PACE * s.alone_s for s in running):
+            # an editor fell behind its pace alone: a round of editors only
+            running = [s for s in running if s.editor]
+            reading = [(s, tokens) for s, tokens in reading if s.editor]
         if not running and not reading:
             return []
         if len(running) == 1 and not reading:
@@ -141,7 +153,25 @@ class Batch:
             out, charged = self._together(running, reading)
         self.last_s = time.perf_counter() - t0
         self.charged_s = self.last_s if self.clock is None else charged
+        self._pace(out, reading)
         return out
+
+    def _pace(self, out: list[tuple[Stream, Step]], reading: list[tuple[Stream, list[int]]]) -> None:
+        """Count each editor's seconds in this round against what the round
+        would have cost it alone (its rows, its drafting): EDITOR_PACE keeps
+        the first within a share of the second."""
+        price = self.clock.verify_s if self.clock is not None else (
+            self.target.costs.c if self.target.costs is not None else None)
+        alone = len(out) == 1 and not reading
+        for s, step in out:
+            if s.editor:
+                s.spent_s += self.charged_s
+                s.alone_s += self.charged_s if alone or price is None else (
+                    price(len(s.draft) + 1) + s.draft_s)
+        for s, tokens in reading:
+            if s.editor:
+                s.spent_s += self.charged_s
+                s.alone_s += self.charged_s if price is None else price(len(tokens))
 
     def _one_turn(self) -> list[tuple[Stream, Step]]:
         """One request's round alone (its prompt read whole first), the
@@ -161,12 +191,16 @@ class Batch:
         run (their tokens wait for the batch), as many as a batch holds
         while none does."""
         budget = self.chunk if any(not s.reading for s in self.streams) else self.target.n_batch
+        # an editor reads as much as the batch holds beside the others' rows
+        # (editors come first in the streams): its latency comes first
+        room = self.target.n_batch - sum(s.gen.limit() + 1 for s in self.streams if not s.reading)
         parts = []
         for s in self.streams:
             if s.reading and budget > 0:
-                take = s.unread[:budget]
+                take = s.unread[:max(budget, room) if s.editor else budget]
                 parts.append((s, take))
                 budget -= len(take)
+                room -= len(take)
         return parts
 
     def _ready(self, s: Stream) -> None:
@@ -283,6 +317,14 @@ class Batch:
                 tokens += expected_tokens(policy.chances(cand.source)[:k]) - 1.0
                 extra += policy.draft_s.get(cand.source, 0.0) * k
             plans.append((s, cand, k, spent + time.perf_counter() - t0))
+        price = self.clock.verify_s if self.clock is not None else (
+            self.target.costs.c if self.target.costs is not None else None)
+        if price is not None and sum(k > 0 for _, _, k, _ in plans) > 0:
+            drafts = [(s.seq, k, tuple(s.gen.policy.chances(cand.source)[:k]),
+                       s.gen.policy.draft_s.get(cand.source, 0.0)) if cand and k > 0 and s.gen.policy else
+                      (s.seq, 0, (), 0.0) for s, cand, k, _ in plans]
+            ks = trim_drafts([(s.seq, len(tokens)) for s, tokens in reading], drafts, price)
+            plans = [(s, cand, k, spent) for (s, cand, _, spent), k in zip(plans, ks)]
         together, alone = [], []
         for s, cand, k, spent in plans:
             s.prop, s.draft, s.draft_s, s.steady_s, s.host_draft_s = EMPTY, [], spent, spent, spent
