@@ -297,6 +297,8 @@ def test_a_request_runs_beside_the_busy_slots_taking_its_cached_prefix_with_it()
     # slot 3 holds it but busy 1 and 3 would need two passes: copy it to 0 or 2
     place, cached = choose_slot(free, [1], {0: 0, 2: 0, 3: 90}, {0: 5, 2: 1}, 100)
     assert cached == 3 and place == 2  # beside 1, the least recently used of 0 and 2
+    # ...unless the requests coming fill every slot: then no copy
+    assert choose_slot(free, [1], {0: 0, 2: 0, 3: 90}, {0: 5, 2: 1}, 100, filling=True) == (3, None)
     # nothing busy: the prefix stays where it is
     assert choose_slot(free, [], {0: 0, 2: 0, 3: 90}, {}, 100) == (3, None)
     # less than half held: no reuse, the place beside the busy ones

@@ -49,7 +49,7 @@ SIMILAR = 0.5  # a slot is reused for a prompt it holds this share of (Worker._s
 
 
 def choose_slot(free: list[int], busy: list[int], held: dict[int, int], used: dict[int, int],
-                n_tokens: int) -> tuple[int, int | None]:
+                n_tokens: int, *, filling: bool = False) -> tuple[int, int | None]:
     """Where a prompt of `n_tokens` runs: (slot, the slot whose cache it takes
     first, or None).  `held`: how much of the prompt each free slot's cache
     holds as a prefix; `used`: when each slot last took a request.
@@ -65,7 +65,10 @@ def choose_slot(free: list[int], busy: list[int], held: dict[int, int], used: di
     llama_batch_allocr::split_equal), so 4 rows in sequences 0,2,5,7 are
     four passes (286 ms, against 125 ms in 0-3).  Where the slot holding
     the prefix would split the busy ones further, its cache is copied to
-    the place (Pair.copy_seq: a buffer copy, not the prompt read again)."""
+    the place (Pair.copy_seq: a buffer copy, not the prompt read again),
+    unless the requests waiting will fill every slot (`filling`): then
+    the busy ones are all together anyway, and a copy would only overwrite
+    a cache one of those requests may be coming back to."""
     def apart(seq: int) -> tuple[int, int]:  # (runs of consecutive busy slots, span) with seq busy too
         ids = sorted(busy + [seq])
         return 1 + sum(b != a + 1 for a, b in zip(ids, ids[1:])), ids[-1] - ids[0]
@@ -74,7 +77,7 @@ def choose_slot(free: list[int], busy: list[int], held: dict[int, int], used: di
     best = max(free, key=lambda seq: (held[seq], apart(seq) == apart(place), -used.get(seq, 0)))
     if held[best] < SIMILAR * n_tokens or held[best] <= held[place]:
         return place, None
-    if apart(best)[0] <= apart(place)[0]:
+    if filling or apart(best)[0] <= apart(place)[0]:
         return best, None
     return place, best
 
@@ -246,17 +249,17 @@ class Worker:
                 arrived = []
                 while self.waiting and self.busy + len(arrived) < self.parallel and not self._closed:
                     arrived.append((self._editors or self._others).popleft())
-            for job in arrived:
-                self._start(job)
+            for i, job in enumerate(arrived):
+                self._start(job, coming=len(arrived) - i - 1 + self.waiting)
             self._round()
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Job, coming: int = 0) -> None:
         """`job` takes a slot and joins the batch; every error is an event."""
         self.metrics.waited(time.monotonic() - job.queued_at)
         if job.cancel.is_set():
             return
         try:
-            self._begin(job)
+            self._begin(job, coming)
         except ApiError as e:
             job.emit("error", e)
         except SpecError as e:
@@ -265,16 +268,17 @@ class Worker:
             log.exception("request failed")
             job.emit("error", internal(e))
 
-    def _slot_for(self, tokens: list[int]) -> tuple[int, int | None]:
+    def _slot_for(self, tokens: list[int], coming: int = 0) -> tuple[int, int | None]:
         """(the slot `tokens` runs in, the slot whose cache it takes first or
-        None): `choose_slot` over the slots now."""
+        None): `choose_slot` over the slots now, `coming` requests behind it."""
         t = self.pair.target
         free = [seq for seq, r in enumerate(self.slots) if r is None]
         busy = [seq for seq, r in enumerate(self.slots) if r is not None]
         held = {seq: common_prefix(t._seqs[seq], tokens) for seq in free}
-        return choose_slot(free, busy, held, self._used, len(tokens))
+        return choose_slot(free, busy, held, self._used, len(tokens),
+                           filling=len(busy) + 1 + coming >= len(self.slots))
 
-    def _begin(self, job: Job) -> None:
+    def _begin(self, job: Job, coming: int = 0) -> None:
         req, pair = job.req, self.pair
         n_ctx = pair.target.n_ctx
         # an infill prompt is cut to fit (as llama-server does), leaving room to answer
@@ -283,7 +287,7 @@ class Worker:
         if len(tokens) >= n_ctx:
             raise ApiError(400, f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}: "
                                 "shorten it, or restart the server with a larger --ctx", param=where)
-        seq, cached = self._slot_for(tokens)
+        seq, cached = self._slot_for(tokens, coming)
         if cached is not None and not pair.copy_seq(cached, seq):
             seq = cached  # a model whose sequences cannot be copied: the prefix where it is
         self._used[seq] = self._tick = self._tick + 1
