@@ -7,22 +7,33 @@ round (`Batch.round`):
 
   1. a request that has just arrived reads its prompt in chunks, inside
      the round's batch (rows not read), so a long prompt does not hold up
-     the others' tokens: at most `chunk` prompt tokens a round;
+     the others' tokens: at most `chunk` prompt tokens a round (an
+     editor's, all that fits);
   2. each running request's policy chooses its draft knowing the batch
      around it (core.policy.Load: the others' rows, their expected tokens
-     and their drafting time) -- a draft must make the whole batch faster,
-     and its own request faster than a plain step at that load, so as the
-     batch grows speculation shrinks, and stops by itself where rows cost
-     as much as tokens; its proposer drafts (draft models together, one
-     draft batch a position: proposers.draft.draft_together);
+     and their drafting time, and the requests after it, which may draft
+     too) -- a draft must make the whole batch faster, and its own request
+     faster than a plain step at that load; the batch is priced as
+     llama.cpp runs it, a pass over the weights for each run of
+     consecutive sequences with as many rows each (core.policy.passes),
+     and the plan is trimmed where its drafts split it into passes that
+     cost more than they yield (core.policy.trim_drafts).  So requests
+     draft together or not at all, speculation shrinks as the batch
+     grows, and stops by itself where rows cost as much as tokens.  The
+     proposers draft (draft models together, one draft batch a position:
+     proposers.draft.draft_together);
   3. the target decodes every request's [last token, draft...] in ONE
      llama_decode (Model.decode_batch);
   4. each request's rule keeps the longest valid prefix of its own draft
      from its own rows, and its sequence is rewound on its own;
-  5. the cost model learns c(all the batch's rows) once.
+  5. the cost model learns c(the batch's rows) once, from a round that was
+     one pass.
 
 A request joins at the next round and leaves the moment it ends.  One
 request running alone goes through engine.step, exactly as `generate`.
+An editor's request whose rounds have taken more than EDITOR_PACE times
+what they would have cost it alone gets rounds of editors only until it
+is back within.
 
 The text of a request does not depend on what runs beside it, but for
 rounding: its rows come from a batch of another shape than alone, and a
