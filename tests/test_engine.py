@@ -346,3 +346,25 @@ def test_a_sequence_cache_copied_to_another_continues_there_as_in_the_first(smol
             assert m.tokens == prompt + [prompt[-1]]
             assert np.allclose(rows[seq], rows[2], atol=1e-3)
         assert not m.copy_seq(1, 1)
+
+
+def test_two_sequences_exchange_their_caches_through_a_spare(smollm_path):
+    """Model.swap_seq: after it each sequence continues the other's text
+    exactly as that one would have, and the spare is empty."""
+    from spec_cli.llama.model import LoadConfig, Model
+    with Model(smollm_path, LoadConfig(n_ctx=256, n_seq=3)) as m:
+        a, b = m.vocab.tokenize("def add(a, b):\n    return"), m.vocab.tokenize("The capital of France is")
+        before = m.decode_batch([(0, a), (1, b)])
+        nxt = [int(before[0][-1].argmax()), int(before[1][-1].argmax())]
+        want = [r[0].copy() for r in m.decode_batch([(0, [nxt[0]]), (1, [nxt[1]])])]
+        for seq, tokens in ((0, a), (1, b)):
+            m.use(seq)
+            m.truncate(len(tokens))
+        assert m.swap_seq(0, 1, 2)
+        for seq, tokens in ((0, b), (1, a), (2, [])):
+            m.use(seq)
+            assert m.tokens == tokens
+        after = m.decode_batch([(1, [nxt[0]]), (0, [nxt[1]])])
+        assert np.allclose(after[0][0], want[0], atol=1e-3) and np.allclose(after[1][0], want[1], atol=1e-3)
+        assert not np.allclose(want[0], want[1], atol=1e-3)
+        assert not m.swap_seq(0, 0, 2)

@@ -76,15 +76,19 @@ def serve(
         render.note(f"warning: listening on {host}: anyone who can reach this machine can use the models"
                     + ("" if api_key else " (no --api-key set)"))
     check_port(host, port)
+    # one sequence more than the slots, to move a slot's cache beside the busy ones
+    # through (worker.choose_slot); taking turns (--deterministic) needs none
+    spare = parallel > 1 and not deterministic
     cfg = PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
                      **placement(rpc, tensor_split), gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                     p_min=p_min, deterministic=deterministic, seqs=parallel)
+                     p_min=p_min, deterministic=deterministic, seqs=parallel + spare)
     name = os.path.basename(target)[:-5] if target.endswith(".gguf") else target
     # the worker's thread loads the pair: every llama.cpp call then comes from one
     # thread (a second thread's decodes get a second OpenMP team, whose threads
     # libgomp throttles once there are more than cores: measured 20 % slower)
     worker = Worker(lambda: load(cfg, quiet=quiet, rule=rule),
-                    ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft, rule=rule))
+                    ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft, rule=rule,
+                                spare=spare))
     pair = worker.pair
     try:
         from ..serve.access import Access, Protocol
@@ -135,8 +139,10 @@ def _parallel_line(pair, parallel: int) -> str:
     from ..llama.facts import kv_bytes
 
     sizes = [kv_bytes(m) for m in (pair.target, pair.draft) if m is not None]
-    kv = (f", {parallel} KV sequences of {pair.target.n_ctx:,} tokens ({sum(sizes) * parallel / 2**20:,.0f} MiB)"
-          if sizes and None not in sizes else "")
+    n_seq = pair.target.n_seq
+    kv = (f", {n_seq} KV sequences of {pair.target.n_ctx:,} tokens"
+          + (" (one spare, to move a cache)" if n_seq > parallel else "")
+          + f" ({sum(sizes) * n_seq / 2**20:,.0f} MiB)" if sizes and None not in sizes else "")
     how = ("taking turns, a target batch each, so that each is bit-for-bit alone's (--deterministic)"
            if pair.target.deterministic else "in one target batch a step")
     return f"\n  up to {parallel} requests at once{kv}, {how}; /metrics and /slots tell how it goes"

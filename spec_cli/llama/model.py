@@ -490,6 +490,19 @@ class Model:
         self._ckpt.drop(dst)
         return True
 
+    def swap_seq(self, a: int, b: int, spare: int) -> bool:
+        """Sequences `a` and `b` exchange their KV caches, through `spare`
+        (three copy_seq; `spare` is left empty).  False, nothing done, where
+        a sequence's state lives elsewhere too."""
+        if len({a, b, spare}) < 3 or not self.copyable:
+            return False
+        self.copy_seq(a, spare)
+        self.copy_seq(b, a)
+        self.copy_seq(spare, b)
+        llama_cpp.llama_memory_seq_rm(self._mem, spare, -1, -1)
+        self._seqs[spare].clear()
+        return True
+
     def reset(self) -> None:
         """Empty this sequence's KV cache (the others keep theirs)."""
         if self.n_seq == 1:

@@ -65,13 +65,14 @@ class Pair:
         if self.draft is not None:
             self.draft.use(seq)
 
-    def copy_seq(self, src: int, dst: int) -> bool:
-        """Both models' sequence `dst` a copy of `src` (llama.Model.copy_seq);
-        False, nothing done, where either model cannot."""
+    def swap_seq(self, a: int, b: int, spare: int) -> bool:
+        """Both models' sequences `a` and `b` exchange their caches, through
+        `spare` (llama.Model.swap_seq); False, nothing done, where either
+        model cannot."""
         models = [m for m in (self.target, self.draft) if m is not None]
-        if src == dst or not all(m.copyable for m in models):
+        if len({a, b, spare}) < 3 or not all(m.copyable for m in models):
             return False
-        return all([m.copy_seq(src, dst) for m in models])
+        return all([m.swap_seq(a, b, spare) for m in models])
 
     def reset(self) -> None:
         """Empty both KV caches (of the sequence in use)."""

@@ -9,7 +9,7 @@ went away leaves at once.  Nothing is reset between requests: a slot's
 KV cache keeps its last request's tokens, and a new request goes to the
 free slot whose cache holds at least half of its prompt (`_slot_for`),
 so the next turn of a chat or the next completion in the same file
-evaluates only what is new (copied first to a slot beside the busy ones
+evaluates only what is new (moved first to a slot beside the busy ones
 where its own would leave a gap between them: `choose_slot`); the lookup
 drafts from every earlier output (suffix.Store).
 
@@ -64,11 +64,11 @@ def choose_slot(free: list[int], busy: list[int], held: dict[int, int], used: di
     each other in one pass over the weights (each a KV cache of its own;
     llama_batch_allocr::split_equal), so 4 rows in sequences 0,2,5,7 are
     four passes (286 ms, against 125 ms in 0-3).  Where the slot holding
-    the prefix would split the busy ones further, its cache is copied to
-    the place (Pair.copy_seq: a buffer copy, not the prompt read again),
-    unless the requests waiting will fill every slot (`filling`): then
-    the busy ones are all together anyway, and a copy would only overwrite
-    a cache one of those requests may be coming back to."""
+    the prefix would split the busy ones further, the two slots' caches
+    change places (Pair.swap_seq, through a spare sequence: buffer copies,
+    no prompt read again, no cache lost), unless the requests waiting will
+    fill every slot (`filling`; the busy ones are all together then) or
+    there is no spare (also `filling`)."""
     def apart(seq: int) -> tuple[int, int]:  # (runs of consecutive busy slots, span) with seq busy too
         ids = sorted(busy + [seq])
         return 1 + sum(b != a + 1 for a, b in zip(ids, ids[1:])), ids[-1] - ids[0]
@@ -90,6 +90,9 @@ class ServeConfig:
     adaptive: bool = True
     rule: str = "gumbel"       # the acceptance rule (engine.GenConfig.rule)
     store_tokens: int = 1 << 16   # earlier outputs kept for the lookup (suffix.Store)
+    # the contexts hold one sequence more than the slots, to move a slot's cache
+    # through (Pair.swap_seq: choose_slot)
+    spare: bool = False
 
 
 class Job:
@@ -149,7 +152,9 @@ class Worker:
         try:
             self.pair = loader()
             self.batch = Batch(self.pair, turns=self.pair.target.deterministic)
-            self.slots: list[Running | None] = [None] * self.pair.target.n_seq
+            n_seq = self.pair.target.n_seq
+            self._spare = n_seq - 1 if self.cfg.spare and n_seq > 2 else None
+            self.slots: list[Running | None] = [None] * (n_seq if self._spare is None else n_seq - 1)
         except BaseException as e:  # handed to the constructor's thread
             self._load_error = e
             return
@@ -276,7 +281,7 @@ class Worker:
         busy = [seq for seq, r in enumerate(self.slots) if r is not None]
         held = {seq: common_prefix(t._seqs[seq], tokens) for seq in free}
         return choose_slot(free, busy, held, self._used, len(tokens),
-                           filling=len(busy) + 1 + coming >= len(self.slots))
+                           filling=len(busy) + 1 + coming >= len(self.slots) or self._spare is None)
 
     def _begin(self, job: Job, coming: int = 0) -> None:
         req, pair = job.req, self.pair
@@ -288,8 +293,11 @@ class Worker:
             raise ApiError(400, f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}: "
                                 "shorten it, or restart the server with a larger --ctx", param=where)
         seq, cached = self._slot_for(tokens, coming)
-        if cached is not None and not pair.copy_seq(cached, seq):
-            seq = cached  # a model whose sequences cannot be copied: the prefix where it is
+        if cached is not None:
+            if pair.swap_seq(cached, seq, self._spare):  # the two slots' caches, recency and all, change places
+                self._used[cached] = self._used.get(seq, 0)
+            else:
+                seq = cached  # a model whose sequences cannot be copied: the prefix where it is
         self._used[seq] = self._tick = self._tick + 1
         pair.use(seq)
         if not req.cache_prompt:
