@@ -129,6 +129,37 @@ def test_an_editor_beside_chats_keeps_within_its_pace_alone(pair):
     assert all(len(t) == 60 for s, t in streams.items() if not s.editor)
 
 
+def test_a_request_that_ends_first_leaves_no_gap_the_others_keep_their_text(pair):
+    """Batch.compact: when the request in sequence 1 of 0-2 ends, the one in
+    sequence 2 moves into the gap (its caches copied), and every request
+    still gets the text it gets alone (greedy)."""
+    from spec_cli.core.policy import passes
+    from spec_cli.run.batch import Batch
+    from spec_cli.run.engine import GenConfig, Generation
+
+    vocab = pair.target.vocab
+    prompts = [vocab.tokenize(p, add_special=True, parse_special=False) for p in PROMPTS[:3]]
+    lengths = [40, 4, 40]
+    refs = [_alone(pair, t, GenConfig(max_tokens=n, seed=1)).tokens for t, n in zip(prompts, lengths)]
+    for seq in range(pair.target.n_seq):
+        pair.use(seq)
+        pair.reset()
+    batch = Batch(pair)
+    out = {batch.add(seq, Generation(pair.target, pair.new_proposer(), t, GenConfig(max_tokens=n, seed=1))): []
+           for seq, (t, n) in enumerate(zip(prompts, lengths))}
+    moved = []
+    while len(batch):
+        for s, st in batch.round():
+            out[s].extend(st.tokens)
+            if st.finish_reason is not None:
+                batch.drop(s)
+        busy = {s.seq for s in batch.streams}
+        moved += batch.compact(seq for seq in range(pair.target.n_seq) if seq not in busy)
+        assert len(passes([(s.seq, 1) for s in batch.streams])) <= 1
+    assert moved == [(2, 1)]
+    assert [out[s] for s in out] == refs
+
+
 # -- the server ------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

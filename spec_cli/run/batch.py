@@ -139,6 +139,35 @@ class Batch:
     def __len__(self) -> int:
         return len(self.streams)
 
+    def compact(self, free, spare: int | None = None) -> list[tuple[int, int]]:
+        """Close the gaps between the running requests' sequences, which a
+        request that ended before the others leaves: llama.cpp runs only
+        sequences that follow each other in one pass over the weights
+        (core.policy.passes), so every round after it would cost a pass
+        more (on a GPU about a whole step).  The request in the highest
+        sequence moves to the lowest free one between them, its caches
+        copied there (Pair.copy_seq; through `spare`, Pair.swap_seq, where
+        what the free sequence holds is kept).  `free`: the sequences no
+        request holds.  Returns the moves, (from, to)."""
+        moves: list[tuple[int, int]] = []
+        if self.turns:  # one request's batch a round: no passes to join
+            return moves
+        free = set(free)
+        while len(self.streams) > 1:
+            seqs = sorted(s.seq for s in self.streams)
+            holes = [f for f in free if seqs[0] < f < seqs[-1]]
+            if not holes:
+                break
+            s = max(self.streams, key=lambda s: s.seq)
+            src, dst = s.seq, min(holes)
+            if not (self.pair.swap_seq(src, dst, spare) if spare is not None else self.pair.copy_seq(src, dst)):
+                break
+            s.seq = dst
+            free.discard(dst)
+            free.add(src)
+            moves.append((src, dst))
+        return moves
+
     # -- a round ---------------------------------------------------------------
     def round(self) -> list[tuple[Stream, Step]]:
         """One target batch for every request: what each running one added."""

@@ -65,6 +65,14 @@ class Pair:
         if self.draft is not None:
             self.draft.use(seq)
 
+    def copy_seq(self, src: int, dst: int) -> bool:
+        """Both models' sequence `dst` a copy of `src` (llama.Model.copy_seq);
+        False, nothing done, where either model cannot."""
+        models = [m for m in (self.target, self.draft) if m is not None]
+        if src == dst or not all(m.copyable for m in models):
+            return False
+        return all([m.copy_seq(src, dst) for m in models])
+
     def swap_seq(self, a: int, b: int, spare: int) -> bool:
         """Both models' sequences `a` and `b` exchange their caches, through
         `spare` (llama.Model.swap_seq); False, nothing done, where either

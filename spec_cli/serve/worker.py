@@ -358,6 +358,12 @@ class Worker:
             # loop's thread, which takes a core from llama.cpp's threads mid-decode
             if r.session.take(step, show if r.job.req.stream else None):
                 self._end(r)
+        if self._spare is not None:
+            # one that ended left a gap: the others close it, each slot's cache kept (Batch.compact)
+            free = [seq for seq, r in enumerate(self.slots) if r is None]
+            for src, dst in self.batch.compact(free, self._spare):
+                self.slots[dst], self.slots[src] = self.slots[src], None
+                self._used[src], self._used[dst] = self._used.get(dst, 0), self._used.get(src, 0)
 
     def _end(self, r: Running, done: bool = True) -> None:
         """`r` leaves its slot: its output is kept for the lookup, its

@@ -154,8 +154,8 @@ def concurrency_table(result: dict) -> Table:
                         f"{m['cpu']}, {m['cores']} cores, {result['prompts']} prompts, "
                         f"{result['max_tokens']} tokens, " + ("greedy" if temp == 0 else f"temperature {temp}")
                         + (", --deterministic (requests take turns)" if result["deterministic"] else "")
-                        + ", " + (f"[bold]SIMULATED clock {result['clock']}[/] (a round: one target batch of "
-                                  "all its rows at the profile's price, plus the drafting)"
+                        + ", " + (f"[bold]SIMULATED clock {result['clock']}[/] (a round: each of llama.cpp's "
+                                  "passes over its rows at the profile's price, plus the drafting)"
                                   if result["simulated"] else "real clock"),
                   caption="C clients each send a prompt and the next when answered; tok/s: all tokens over the "
                           "run's seconds; vs none: over the target alone at the same C; latency: a request's "

@@ -10,8 +10,10 @@ concurrency, one after the other, every run from empty KV caches.  Reported:
 aggregate tokens a second over the run (all tokens / the run's seconds),
 each request's latency (from its start to its last token) as median and
 worst, and the acceptance.  On a simulated clock (--clock) a round is
-charged the profile's price of one target batch of all its rows, whoever's
-they are, plus the drafting.
+charged the profile's price of each pass llama.cpp makes over its rows
+(core.policy.passes: sequences that follow each other with as many rows
+each share one), plus the drafting.  A request that ends before the
+others leaves no gap between their sequences (Batch.compact).
 
 Agreement: each request's tokens against the target alone's, generated
 one at a time with its margins; a divergence wider than rounding is a bug
@@ -108,6 +110,10 @@ def _burst(pair, items, clients: int, v: Variant, gen_base, refs: dict[str, Run]
                 del running[stream]
                 r.latency_s = now - r.started
                 done.append(r)
+        if any(st.finish_reason is not None for _, st in steps):
+            # one ended: the others close the gap it left (Batch.compact)
+            busy = {s.seq for s in running}
+            batch.compact(seq for seq in range(pair.target.n_seq) if seq not in busy)
     latencies = [r.latency_s for r in done]
     tokens = sum(len(r.tokens) for r in done)
     drafted, accepted = sum(r.drafted for r in done), sum(r.accepted for r in done)
