@@ -157,3 +157,21 @@ def test_bench_on_a_simulated_clock_says_so(smollm_path, spec_env):
     mixed = spec("bench", "--target", "smollm2-135m", "--proposer", "ngram", "--clock", "gpu-70b",
                  "--peer", "llama-cpp-python", env=spec_env)
     assert mixed.returncode == 1 and "cannot be compared" in mixed.stderr and "Traceback" not in mixed.stderr
+
+
+def test_bench_concurrency_on_a_simulated_clock(smollm_path, spec_env):
+    """bench --concurrency: each proposer beside the target alone at each C,
+    every request checked against the target alone's tokens."""
+    res = spec("bench", "--target", "smollm2-135m", "--draft", "smollm2-135m", "--ctx", "1024",
+               "--prompts", str(PROMPTS), "--n-prompts", "4", "-n", "24", "--concurrency", "1,3",
+               "--clock", "gpu-70b", "--json", env=spec_env)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["kind"] == "concurrency" and out["simulated"] is True
+    rows = {(r["concurrency"], r["proposer"]): r for r in out["rows"]}
+    assert set(rows) == {(1, "none"), (1, "hybrid"), (3, "none"), (3, "hybrid")}
+    for r in rows.values():
+        assert r["requests"] == 4 and 0 < r["tokens"] <= 96 and r["tok_s"] > 0
+        assert r["max_divergence_margin"] is None or r["max_divergence_margin"] <= NEAR_TIE
+    assert rows[(3, "none")]["rows_per_round"] > rows[(1, "none")]["rows_per_round"]  # they shared rounds
+    assert rows[(1, "none")]["vs_none"] == 1.0 and rows[(3, "hybrid")]["drafted"] > 0
