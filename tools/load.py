@@ -14,8 +14,8 @@ once before the runs, so every server finds the same warm state.
 
 With --infill FILE an editor completes beside the chats (/infill, one
 request after another, a second apart, as llama.vim asks while one
-types): first alone, then during each run, its latency reported as median
-and worst.
+types; each a function of FILE not completed before): first alone, then
+during each run, its latency reported as median and worst.
 
 Wall clock on this machine; nothing here is asserted.  Run one server at a
 time, with nothing else heavy on the machine.
@@ -86,7 +86,7 @@ def run(url: str, prompts: list[str], clients: int, max_tokens: int, editor: tup
     side = None
     if editor is not None:  # an editor completing beside the chats, while they run
         codes, n_predict = editor
-        side = threading.Thread(target=lambda: edits.extend(infills(url, codes * 100, n_predict, stop)))
+        side = threading.Thread(target=lambda: edits.extend(infills(url, codes, n_predict, stop)))
 
     def client():
         while True:
@@ -141,14 +141,14 @@ def main() -> None:
             ask(args.url, p, 1)
     editor = None
     if args.infill:
-        codes = load_prompts([args.infill], 4)
-        for code in codes:  # warm, as the chats' prompts
-            infill(args.url, code, 1)
-        alone = infills(args.url, codes * 2, args.infill_tokens)
+        # each completion a file not completed before (a repeated one would be drafted
+        # whole from the earlier answer): the first 8 alone, the next ones beside the chats
+        codes = load_prompts([args.infill], 8 + 40)
+        alone = infills(args.url, codes[:8], args.infill_tokens)
         print(json.dumps({"label": args.label, "clients": 0, "infills": len(alone),
                           "infill_median_s": round(statistics.median(alone), 2),
                           "infill_max_s": round(max(alone), 2)}), flush=True)
-        editor = (codes, args.infill_tokens)
+        editor = (codes[8:], args.infill_tokens)
     for c in (int(x) for x in args.clients.split(",")):
         row = {"label": args.label, **run(args.url, prompts, c, args.max_tokens, editor)}
         print(json.dumps(row), flush=True)

@@ -208,10 +208,10 @@ class Batch:
                 s.spent_s += self.charged_s
                 s.alone_s += self.charged_s if alone or price is None else (
                     price(len(s.draft) + 1) + s.draft_s)
-        for s, tokens in reading:
-            if s.editor:
+        for s, _ in reading:
+            if s.editor:  # it reads its prompt in one batch, as alone (the others' rows beside it are few)
                 s.spent_s += self.charged_s
-                s.alone_s += self.charged_s if price is None else price(len(tokens))
+                s.alone_s += self.charged_s
 
     def _one_turn(self) -> list[tuple[Stream, Step]]:
         """One request's round alone (its prompt read whole first), the
