@@ -235,8 +235,9 @@ class Batch:
         # (editors come first in the streams): its latency comes first
         room = self.target.n_batch - sum(s.gen.limit() + 1 for s in self.streams if not s.reading)
         parts = []
+        editors = any(s.reading and s.editor for s in self.streams)
         for s in self.streams:
-            if s.reading and budget > 0:
+            if s.reading and budget > 0 and (s.editor or not editors):  # others' chunks wait for an editor's
                 take = s.unread[:max(budget, room) if s.editor else budget]
                 parts.append((s, take))
                 budget -= len(take)
