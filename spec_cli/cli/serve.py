@@ -140,9 +140,8 @@ def _parallel_line(pair, parallel: int) -> str:
 
     sizes = [kv_bytes(m) for m in (pair.target, pair.draft) if m is not None]
     n_seq = pair.target.n_seq
-    kv = (f", {n_seq} KV sequences of {pair.target.n_ctx:,} tokens"
-          + (" (one spare, to move a cache)" if n_seq > parallel else "")
-          + f" ({sum(sizes) * n_seq / 2**20:,.0f} MiB)" if sizes and None not in sizes else "")
+    kv = (f", {n_seq} KV sequences of {pair.target.n_ctx:,} tokens, {sum(sizes) * n_seq / 2**20:,.0f} MiB"
+          + (" (one spare, to move a cache)" if n_seq > parallel else "") if sizes and None not in sizes else "")
     how = ("taking turns, a target batch each, so that each is bit-for-bit alone's (--deterministic)"
            if pair.target.deterministic else "in one target batch a step")
     return f"\n  up to {parallel} requests at once{kv}, {how}; /metrics and /slots tell how it goes"
