@@ -168,6 +168,15 @@ class Batch:
             moves.append((src, dst))
         return moves
 
+    @property
+    def _price(self):
+        """One pass of n rows, in seconds: on the simulated clock where there
+        is one, else as the target's cost model has learned it (None before
+        it has one)."""
+        if self.clock is not None:
+            return self.clock.verify_s
+        return self.target.costs.c if self.target.costs is not None else None
+
     # -- a round ---------------------------------------------------------------
     def round(self) -> list[tuple[Stream, Step]]:
         """One target batch for every request: what each running one added."""
@@ -200,10 +209,9 @@ class Batch:
         """Count each editor's seconds in this round against what the round
         would have cost it alone (its rows, its drafting): EDITOR_PACE keeps
         the first within a share of the second."""
-        price = self.clock.verify_s if self.clock is not None else (
-            self.target.costs.c if self.target.costs is not None else None)
+        price = self._price
         alone = len(out) == 1 and not reading
-        for s, step in out:
+        for s, _ in out:
             if s.editor:
                 s.spent_s += self.charged_s
                 s.alone_s += self.charged_s if alone or price is None else (
@@ -341,6 +349,7 @@ class Batch:
         rows_of.update({s.seq: 1 for s in running})
         tokens = extra = 0.0
         plans = []
+        drafts = []  # for trim_drafts: (sequence, k, chances, seconds a drafted token)
         for i, (s, (k, cands, _, spent)) in enumerate(zip(running, offers)):
             g, policy = s.gen, s.gen.policy
             self.pair.use(s.seq)
@@ -354,16 +363,16 @@ class Batch:
             k = min(k, cand.limit) if cand else 0
             tokens += 1.0
             if cand and k > 0 and policy is not None:
+                chances, d = tuple(policy.chances(cand.source)[:k]), policy.draft_s.get(cand.source, 0.0)
                 rows_of[s.seq] += k
-                tokens += expected_tokens(policy.chances(cand.source)[:k]) - 1.0
-                extra += policy.draft_s.get(cand.source, 0.0) * k
+                tokens += expected_tokens(list(chances)) - 1.0
+                extra += d * k
+                drafts.append((s.seq, k, chances, d))
+            else:
+                drafts.append((s.seq, 0, (), 0.0))
             plans.append((s, cand, k, spent + time.perf_counter() - t0))
-        price = self.clock.verify_s if self.clock is not None else (
-            self.target.costs.c if self.target.costs is not None else None)
-        if price is not None and sum(k > 0 for _, _, k, _ in plans) > 0:
-            drafts = [(s.seq, k, tuple(s.gen.policy.chances(cand.source)[:k]),
-                       s.gen.policy.draft_s.get(cand.source, 0.0)) if cand and k > 0 and s.gen.policy else
-                      (s.seq, 0, (), 0.0) for s, cand, k, _ in plans]
+        price = self._price
+        if price is not None and any(k > 0 for _, _, k, _ in plans):
             ks = trim_drafts([(s.seq, len(tokens)) for s, tokens in reading], drafts, price)
             plans = [(s, cand, k, spent) for (s, cand, _, spent), k in zip(plans, ks)]
         together, alone = [], []
@@ -406,8 +415,7 @@ class Batch:
         if len(out) < 2:
             return
         plain = passes([(s.seq, 1) for s, _ in out] + list(reading))
-        price = self.clock.verify_s if self.clock is not None else (
-            self.target.costs.c if self.target.costs is not None else None)
+        price = self._price
         plain_s = sum(price(n) for n in plain) if price is not None else 0.0
         if plain_s <= 0:
             return

@@ -65,22 +65,24 @@ class Pair:
         if self.draft is not None:
             self.draft.use(seq)
 
+    def _copyable(self) -> list[Model] | None:
+        """Both models (the draft where there is one), or None where either
+        cannot copy a sequence's cache to another (llama.Model.copyable)."""
+        models = [m for m in (self.target, self.draft) if m is not None]
+        return models if all(m.copyable for m in models) else None
+
     def copy_seq(self, src: int, dst: int) -> bool:
         """Both models' sequence `dst` a copy of `src` (llama.Model.copy_seq);
         False, nothing done, where either model cannot."""
-        models = [m for m in (self.target, self.draft) if m is not None]
-        if src == dst or not all(m.copyable for m in models):
-            return False
-        return all([m.copy_seq(src, dst) for m in models])
+        models = self._copyable()
+        return src != dst and models is not None and all([m.copy_seq(src, dst) for m in models])
 
     def swap_seq(self, a: int, b: int, spare: int) -> bool:
         """Both models' sequences `a` and `b` exchange their caches, through
         `spare` (llama.Model.swap_seq); False, nothing done, where either
         model cannot."""
-        models = [m for m in (self.target, self.draft) if m is not None]
-        if len({a, b, spare}) < 3 or not all(m.copyable for m in models):
-            return False
-        return all([m.swap_seq(a, b, spare) for m in models])
+        models = self._copyable()
+        return len({a, b, spare}) == 3 and models is not None and all([m.swap_seq(a, b, spare) for m in models])
 
     def reset(self) -> None:
         """Empty both KV caches (of the sequence in use)."""

@@ -98,6 +98,7 @@ def _burst(pair, items, clients: int, v: Variant, gen_base, refs: dict[str, Run]
         rounds += 1
         rows += batch.last_rows
         now = now + batch.charged_s if clock is not None else time.perf_counter() - t0
+        ended = False
         for stream, step in steps:
             r = running[stream]
             r.tokens += step.tokens
@@ -110,8 +111,8 @@ def _burst(pair, items, clients: int, v: Variant, gen_base, refs: dict[str, Run]
                 del running[stream]
                 r.latency_s = now - r.started
                 done.append(r)
-        if any(st.finish_reason is not None for _, st in steps):
-            # one ended: the others close the gap it left (Batch.compact)
+                ended = True
+        if ended:  # the others close the gap it left (Batch.compact)
             busy = {s.seq for s in running}
             batch.compact(seq for seq in range(pair.target.n_seq) if seq not in busy)
     latencies = [r.latency_s for r in done]
