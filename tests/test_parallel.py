@@ -91,6 +91,34 @@ def test_requests_in_one_batch_each_get_the_text_alone_gets(pair, temp):
         assert m is None or m <= NEAR_TIE, f"request {i} parts from the target alone at a margin of {m}"
 
 
+def test_fixed_length_drafts_are_drafted_in_shared_rounds_on_a_priced_clock(pair):
+    """A fixed draft length (--fixed, bench's draft@K: no policy) is what was
+    asked for: the batch's plan trimming (policy.trim_drafts, for drafts a
+    policy chose) leaves it as it is, where rounds have a price."""
+    from spec_cli.run.batch import Batch
+    from spec_cli.run.clock import load_clock
+    from spec_cli.run.engine import GenConfig, Generation
+
+    clock = load_clock("gpu-70b")
+    for seq in range(pair.target.n_seq):
+        pair.use(seq)
+        pair.reset()
+    batch = Batch(pair, clock=clock)
+    text = "one two three four five six seven eight nine ten " * 6
+    for seq in range(3):
+        tokens = pair.target.vocab.tokenize(text, add_special=True, parse_special=False)
+        cfg = GenConfig(max_tokens=24, seed=seq, adaptive=False, draft_max=4, clock=clock)
+        batch.add(seq, Generation(pair.target, pair.new_proposer(name="ngram"), tokens, cfg))
+    together = 0
+    while len(batch):
+        steps = batch.round()
+        together = max(together, sum(st.drafted > 0 for _, st in steps))
+        for s, st in steps:
+            if st.finish_reason is not None:
+                batch.drop(s)
+    assert together >= 2
+
+
 def test_an_editor_beside_chats_keeps_within_its_pace_alone(pair):
     """An /infill beside three chats, on a simulated clock where every row
     costs half a token's time (a CPU's shape: a shared batch of four rows

@@ -372,7 +372,9 @@ class Batch:
                 drafts.append((s.seq, 0, (), 0.0))
             plans.append((s, cand, k, spent + time.perf_counter() - t0))
         price = self._price
-        if price is not None and any(k > 0 for _, _, k, _ in plans):
+        # the plan of requests whose policies chose their drafts; a fixed length
+        # (--fixed, bench's draft@K) is what was asked for, and stays
+        if price is not None and any(k > 0 for _, k, _, _ in drafts) and all(s.gen.policy for s in running):
             ks = trim_drafts([(s.seq, len(tokens)) for s, tokens in reading], drafts, price)
             plans = [(s, cand, k, spent) for (s, cand, _, spent), k in zip(plans, ks)]
         together, alone = [], []
