@@ -30,8 +30,9 @@ def pair(smollm_path):
     from spec_cli.run.config import PairConfig
     from spec_cli.run.runner import load_pair
 
+    # the draft model loaded whatever this machine's remembered costs say of it
     p = load_pair(PairConfig(target=str(smollm_path), draft=str(smollm_path), proposer="hybrid", ctx=1024,
-                             seqs=4))
+                             seqs=4, draft_if_it_pays=False))
     yield p
     p.close()
 
@@ -117,6 +118,35 @@ def test_fixed_length_drafts_are_drafted_in_shared_rounds_on_a_priced_clock(pair
             if st.finish_reason is not None:
                 batch.drop(s)
     assert together >= 2
+
+
+def test_a_draft_model_reads_new_prompts_beside_the_target_and_drafts_in_shared_rounds(pair):
+    """Requests that arrive together read their prompts in shared rounds; the
+    draft model reads them beside the target (Batch._follow), so each drafts
+    with it from its first round, not only once it runs alone (a catch-up
+    every request would wait for is not made in a shared round)."""
+    from spec_cli.run.batch import Batch
+    from spec_cli.run.clock import load_clock
+    from spec_cli.run.engine import GenConfig, Generation
+
+    clock = load_clock("gpu-70b")
+    for seq in range(pair.target.n_seq):
+        pair.use(seq)
+        pair.reset()
+    batch = Batch(pair, clock=clock, chunk=8)  # prompts of 9-16 tokens: two rounds of reading
+    for seq, text in enumerate(PROMPTS[:3]):
+        tokens = pair.target.vocab.tokenize(text * 2, add_special=True, parse_special=False)
+        cfg = GenConfig(max_tokens=12, seed=seq, adaptive=False, draft_max=2, clock=clock)
+        batch.add(seq, Generation(pair.target, pair.new_proposer(name="draft"), tokens, cfg))
+    shared = []
+    while len(batch):
+        steps = batch.round()
+        if len(steps) > 1:
+            shared.append([st.drafted for _, st in steps])
+        for s, st in steps:
+            if st.finish_reason is not None:
+                batch.drop(s)
+    assert shared and all(all(n > 0 for n in r) for r in shared), shared
 
 
 def test_an_editor_beside_chats_keeps_within_its_pace_alone(pair):

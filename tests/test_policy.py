@@ -285,6 +285,20 @@ def test_a_draft_model_that_could_never_pay_is_told_apart_from_one_that_could():
     assert can_pay(CostModel.from_timings(GPU, 17), 0.03 * GPU[1], 16, margin=1.3)
 
 
+def test_could_pay_tells_whether_a_caught_up_draft_model_would_draft_alone_whatever_the_batch():
+    """run/batch.py has the draft model read a new request's prompt beside
+    the target only where, caught up, it could pay at all."""
+    from spec_cli.core.policy import Load
+
+    gpu = CostModel.from_timings(GPU, 17)
+    policy = Policy(gpu, k_max=8, draft_s={"cheap": 0.05 * GPU[1], "slow": 1.5 * GPU[1]})
+    policy.load = Load(rows=63, tokens=63.0, others=63)  # the batch around it now does not count
+    assert policy.could_pay("cheap") and not policy.could_pay("slow")
+    assert policy.load.rows == 63
+    policy.stopped.add("cheap")  # the safeguard stopped it
+    assert not policy.could_pay("cheap")
+
+
 def _learned(cost) -> "Policy":
     """A lookup source that has been right about 60-70 % of the time a token."""
     policy = Policy(cost, k_max=6)

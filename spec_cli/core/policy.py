@@ -409,6 +409,18 @@ class Policy:
             best_k -= 1  # a shorter draft costs the others less
         return best_k
 
+    def could_pay(self, source: str) -> bool:
+        """Would `source`, with nothing to catch up, draft at all for a
+        request running alone, on what is known of it now?  (A draft model
+        that never would need not follow the request's text.)"""
+        if _group(source) in self.stopped:
+            return False
+        load, self.load = self.load, ALONE
+        try:
+            return self._best(self.chances(source), self.draft_s.get(source, 0.0), self.k_max) > 0
+        finally:
+            self.load = load
+
     def outlook(self, candidates, limit: int) -> tuple[float, ...]:
         """The chances of the likeliest draft among `candidates` (of up to
         `limit` tokens), for the requests planned before this one in a batch

@@ -21,7 +21,11 @@ round (`Batch.round`):
      draft together or not at all, speculation shrinks as the batch
      grows, and stops by itself where rows cost as much as tokens.  The
      proposers draft (draft models together, one draft batch a position:
-     proposers.draft.draft_together);
+     proposers.draft.draft_together).  A draft model reads each new
+     request's prompt beside the target, chunk by chunk, in one draft
+     batch a round (Batch._follow), so that the request drafts with it
+     once its prompt is read, with no catch-up that every request in the
+     batch would wait for;
   3. the target decodes every request's [last token, draft...] in ONE
      llama_decode (Model.decode_batch);
   4. each request's rule keeps the longest valid prefix of its own draft
@@ -51,6 +55,7 @@ from ..core.policy import ALONE, Load, expected_tokens, passes, trim_drafts
 from ..core.tokens import common_prefix
 from .engine import Generation, Round, Step, keep_going, step as one_step
 from .proposers.base import EMPTY, Proposal
+from .proposers.draft import DraftModel, ModelDrafts
 
 CHUNK = 128  # prompt tokens read a round, over all the requests that are reading
 # a request may fall this far behind what it would have got with no request
@@ -89,10 +94,27 @@ class Stream:
     draft_s: float = 0.0        # the user's wait for it (on a simulated clock, what the clock charges)
     steady_s: float = 0.0       # what the policy learns of its cost (proposers.base.Proposal.steady_s)
     host_draft_s: float = 0.0
+    # the draft model that reads this request's prompt beside the target
+    # (Batch._follow), else None; `following` while it is behind
+    follower: object = None
+    following: bool = False
 
     @property
     def context(self) -> list[int]:
         return self.gen.context
+
+
+def _follower(gen: Generation):
+    """The draft model that should read `gen`'s prompt beside the target:
+    its proposer's own draft model (not an MTP block, which reads the
+    target's rows), where its policy says that, caught up, it could pay at
+    all (a fixed draft length is what was asked for: it always could)."""
+    dm = getattr(gen.proposer, "draft_model", gen.proposer)
+    if not isinstance(dm, DraftModel) or not isinstance(dm.source, ModelDrafts):
+        return None
+    if gen.policy is not None and not gen.policy.could_pay(dm.name):
+        return None
+    return dm.model
 
 
 class Batch:
@@ -124,7 +146,9 @@ class Batch:
         prompt = gen.prompt[:-1]
         keep = common_prefix(t.tokens, prompt)
         t.truncate(keep)
-        s = Stream(seq, gen, unread=prompt[keep:], editor=editor)
+        follower = _follower(gen)
+        s = Stream(seq, gen, unread=prompt[keep:], editor=editor, follower=follower,
+                   following=follower is not None)
         at = sum(o.editor for o in self.streams) if editor else len(self.streams)
         self.streams.insert(at, s)
         if not s.unread:
@@ -275,6 +299,7 @@ class Batch:
         target, timer = self.target, self.target.timer
         t0 = time.perf_counter()
         n_read = sum(len(tokens) for _, tokens in reading)
+        followed_s = self._follow(reading)
         self._draft_all(running, reading)
         parts = [(s.seq, tokens, False) for s, tokens in reading]
         parts += [(s.seq, [s.context[-1], *s.draft]) for s in running]
@@ -316,10 +341,41 @@ class Batch:
         for s, _ in reading:
             if not s.unread:
                 self._ready(s)
-        charged = verify_s + sum(s.draft_s for s in running)
+        charged = verify_s + sum(s.draft_s for s in running) + followed_s
         self._fair(out, charged if clock is not None else time.perf_counter() - t0,
                    [(s.seq, len(tokens)) for s, tokens in reading])
         return out, charged
+
+    def _follow(self, reading: list[tuple[Stream, list[int]]]) -> float:
+        """The draft model reads what the target holds of each request that
+        it follows (Stream.following), or will hold after this round's
+        prompt chunks: at most `chunk` tokens a request, all in one draft
+        batch.  A request is followed until it is running and the draft is
+        within two tokens of it (a step's usual catch-up).
+        Returns what the simulated clock charges for it (else 0)."""
+        chunk_of = {s: len(tokens) for s, tokens in reading}
+        parts, model = [], None
+        for s in self.streams:
+            m = s.follower
+            if not s.following:
+                continue
+            text = s.gen.prompt if s.reading else s.context
+            held = len(text) - 1 - (len(s.unread) - chunk_of.get(s, 0) if s.reading else 0)
+            m.use(s.seq)
+            have = common_prefix(m.tokens, text[:held])
+            if not s.reading and held - have <= 2:
+                s.following = False
+                continue
+            m.truncate(have)
+            take = text[have:min(held, have + self.chunk)]
+            if take and sum(len(t) for _, t, _ in parts) + len(take) <= m.n_batch:
+                parts.append((s.seq, take, False))
+                model = m
+        if not parts:
+            return 0.0
+        model.decode_batch(parts)
+        clock = self.clock
+        return clock.catch_up_s(sum(len(t) for _, t, _ in parts)) if clock is not None else 0.0
 
     def _draft_all(self, running: list[Stream], reading: list[tuple[Stream, list[int]]]) -> None:
         """Each running request's draft: its policy, told the batch around
@@ -337,9 +393,11 @@ class Batch:
             k = g.limit() if not behind or s in behind else 0  # a request fell behind: the others wait
             t0 = time.perf_counter()
             cands = g.proposer.candidates(g.context) if k > 0 else []
-            if len(running) > 1:
-                # a draft model that would first read what it missed (a new request's
-                # prompt) does not draft here: every request in the batch would wait for it
+            if s.following or (len(running) > 1 and s.follower is None):
+                # a draft model still reading the prompt beside the target (_follow), or
+                # one that would read all of it now (every request in the batch would
+                # wait), does not draft here; one that followed it prices its few
+                # tokens' catch-up (policy: setup_s)
                 cands = [c for c in cands if c.setup_s == 0.0]
             outlook = policy.outlook(cands, k) if policy is not None else ()
             offers.append((k, cands, outlook, time.perf_counter() - t0))
