@@ -6,6 +6,7 @@ import pytest
 from spec_cli.core.policy import SHAPE_K, CostModel, expected_tokens
 from helpers import Policy, plan, verify_greedy
 from spec_cli.core.verify import verify
+from spec_cli.run.proposers.base import Candidate
 
 CPU = {1: 0.039, 2: 0.086, 3: 0.109, 4: 0.135, 5: 0.161, 6: 0.181, 7: 0.203}   # measured here
 GPU = {1: 0.020, 2: 0.021, 4: 0.022, 8: 0.024, 16: 0.030}                    # batches nearly free
@@ -376,6 +377,31 @@ def test_a_batch_drafts_together_or_not_at_all_where_each_pass_costs_a_weights_r
     assert plan(policy, "ngram4", 6) == 0           # alone among plain rows: a second pass, not repaid
 
 
+def test_a_draft_model_drafting_for_a_batch_is_priced_a_draft_batch_a_position():
+    """A draft model drafts for every request of the batch together, one
+    draft batch a position (draft_together): on a GPU eight requests'
+    drafts cost about one request's, so the batch drafts where drafting
+    each alone would not pay; on a CPU they cost about eight."""
+    from spec_cli.core.policy import Load, pooled_s
+
+    gpu = CostModel.from_timings({n: 0.020 + 0.0002 * n for n in range(1, 130)}, 129)
+    cpu = CostModel.from_timings({n: 0.04 + 0.025 * (n - 1) for n in range(1, 130)}, 129)
+    assert pooled_s([4] * 8, 0.01, gpu.c) == pytest.approx(4 * 0.01 * gpu.c(8) / gpu.c(1))
+    assert pooled_s([4, 2], 0.01, cpu.c) == pytest.approx(0.01 * (2 * cpu.c(2) + 2 * cpu.c(1)) / cpu.c(1))
+    assert pooled_s([], 0.01, cpu.c) == 0.0
+
+    d = 0.3 * gpu.c(1)  # a draft model at 0.3 of the target a token
+    policy = Policy(gpu, k_max=8, draft_s={"draft": d})
+    for _ in range(40):
+        policy.observe("draft", drafted=8, accepted=7, draft_s=8 * d, verify_s=gpu.c(9))
+    shape = tuple((seq, 1) for seq in range(8))
+    rates = tuple(policy.chances("draft")[:8])
+    policy.load = Load(rows=7, others=7, shape=shape, seq=0, following=tuple((seq, rates) for seq in range(1, 8)))
+    together = policy.choose([Candidate("draft", 8, pooled=True)], 8)[1]
+    each = policy.choose([Candidate("draft", 8)], 8)[1]
+    assert together >= 4 and each < together
+
+
 def test_on_a_cpu_a_draft_that_would_split_the_batch_into_passes_is_priced_as_such():
     """Where rows cost (a CPU), a draft among plain rows is priced as llama.cpp
     runs it: the plain pass, then a pass of the draft's rows alone."""
@@ -398,13 +424,13 @@ def test_a_batch_plan_that_splits_into_passes_is_trimmed_where_that_is_faster():
     flat = lambda n: 0.020 + 0.0002 * n  # noqa: E731  a GPU: a pass costs about the same whatever its rows
     cpu = lambda n: 0.04 + 0.025 * (n - 1)  # noqa: E731  a CPU: every row costs
     sure, weak = (0.9,) * 6, (0.3,) * 6
-    plain = [(2, 0, (), 0.0), (3, 0, (), 0.0)]
+    plain = [(2, 0, (), 0.0, False), (3, 0, (), 0.0, False)]
     # two sure drafts beside two plain rows on a GPU: the second pass is repaid
-    assert trim_drafts([], [(0, 4, sure[:4], 0.0), (1, 4, sure[:4], 0.0)] + plain, flat) == [4, 4, 0, 0]
+    assert trim_drafts([], [(0, 4, sure[:4], 0.0, False), (1, 4, sure[:4], 0.0, False)] + plain, flat) == [4, 4, 0, 0]
     # a weak lone draft on a CPU: its pass is not repaid
-    assert trim_drafts([], [(0, 4, weak[:4], 0.0), (1, 0, (), 0.0)] + plain, cpu) == [0, 0, 0, 0]
+    assert trim_drafts([], [(0, 4, weak[:4], 0.0, False), (1, 0, (), 0.0, False)] + plain, cpu) == [0, 0, 0, 0]
     # a long draft that is sure only at first, beside a short one: cut to share the short one's passes
     tail = (0.9, 0.9, 0.05, 0.05, 0.05, 0.05)
-    assert trim_drafts([], [(0, 6, tail, 0.0), (1, 2, sure[:2], 0.0)] + plain, flat) == [2, 2, 0, 0]
+    assert trim_drafts([], [(0, 6, tail, 0.0, False), (1, 2, sure[:2], 0.0, False)] + plain, flat) == [2, 2, 0, 0]
     # a prompt's chunk in the batch stays as it is
-    assert trim_drafts([(4, 64)], [(0, 0, (), 0.0), (1, 0, (), 0.0)] + plain, cpu) == [0, 0, 0, 0]
+    assert trim_drafts([(4, 64)], [(0, 0, (), 0.0, False), (1, 0, (), 0.0, False)] + plain, cpu) == [0, 0, 0, 0]

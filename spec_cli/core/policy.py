@@ -244,21 +244,37 @@ def passes(parts) -> list[int]:
     return out
 
 
+def pooled_s(lengths, d: float, price) -> float:
+    """Seconds of drafts of these lengths made together by one draft model,
+    a draft batch a position (proposers.draft.draft_together), at `d`
+    seconds a token alone: a batch of r rows costs d x price(r)/price(1),
+    the target's curve standing for the draft's (the same machine, a model
+    of the same family; on a GPU nearly flat, on a CPU nearly linear)."""
+    if d <= 0 or not lengths:
+        return 0.0
+    c1 = price(1)
+    return sum(d * price(sum(n > j for n in lengths)) / c1 for j in range(max(lengths)))
+
+
 def trim_drafts(fixed, drafts, price) -> list[int]:
     """The batch's plan made no slower: each request chose its draft in turn
     (Load), so together the drafts may split the batch into passes that
     cost more than they yield.  `fixed`: (sequence, rows) parts that stay
     (prompt chunks); `drafts`: per request (sequence, k, chances, seconds
-    a drafted token); `price(n)`: one pass of n rows.  Shortens drafts --
-    to nothing, or to another request's length so that they share passes
-    -- while that makes more tokens a second for the whole batch; returns
-    each request's k."""
-    ks = [k for _, k, _, _ in drafts]
+    a drafted token, drafted together with the other pooled ones: a draft
+    model's, pooled_s); `price(n)`: one pass of n rows.  Shortens drafts
+    -- to nothing, or to another request's length so that they share
+    passes -- while that makes more tokens a second for the whole batch;
+    returns each request's k."""
+    ks = [k for _, k, _, _, _ in drafts]
+    pool_d = max((d for *_, d, pooled in drafts if pooled), default=0.0)
 
     def rate(ks) -> float:
-        parts = list(fixed) + [(seq, k + 1) for (seq, _, _, _), k in zip(drafts, ks)]
-        seconds = sum(price(n) for n in passes(parts)) + sum(k * d for (_, _, _, d), k in zip(drafts, ks))
-        made = sum(expected_tokens(list(chances[:k])) for (_, _, chances, _), k in zip(drafts, ks))
+        parts = list(fixed) + [(seq, k + 1) for (seq, *_), k in zip(drafts, ks)]
+        seconds = (sum(price(n) for n in passes(parts))
+                   + sum(k * d for (*_, d, pooled), k in zip(drafts, ks) if not pooled)
+                   + pooled_s([k for (*_, pooled), k in zip(drafts, ks) if pooled], pool_d, price))
+        made = sum(expected_tokens(list(chances[:k])) for (_, _, chances, _, _), k in zip(drafts, ks))
         return made / seconds if seconds > 0 else 0.0
 
     best = rate(ks)
@@ -290,11 +306,16 @@ class Load:
     the draft each could make), each taken to draft as many tokens as this
     one (where its chances reach), so that the first to plan sees what a
     batch drafting together costs and yields, not only what drafting alone
-    among plain rows does."""
+    among plain rows does.  `pool`: the lengths of the drafts planned before
+    this one that a draft model makes together (a draft batch a position,
+    pooled_s), at `pool_d` seconds a token alone; `extra_s` is the others'
+    drafting, made each alone."""
 
     rows: int = 0
     tokens: float = 0.0
     extra_s: float = 0.0
+    pool: tuple[int, ...] = ()
+    pool_d: float = 0.0
     others: int = 0   # the other sequences: a one-time cost (a draft model's catch-up) stalls them too
     shape: tuple[tuple[int, int], ...] = ()
     seq: int = -1
@@ -340,6 +361,7 @@ class Policy:
         self._steps: dict[str, deque] = {}      # group -> (tokens, seconds) of drafting steps
         self._plain: deque = deque(maxlen=PLAIN_WINDOW)
         self.stopped: set[str] = set()          # groups the safeguard has stopped
+        self.pooled: set[str] = set()           # sources drafted together in a batch (Candidate.pooled)
         self._shift: dict[str, float] = {}      # origin -> log-odds shift of its lookup sources
 
     def _acc(self, proposer: str) -> Acceptance:
@@ -355,27 +377,33 @@ class Policy:
         return [_shifted(r, shift) for r in rates] if shift else rates
 
     # -- a step's time and yield, the batch around this sequence included --
-    def step_s(self, k: int, d: float) -> float:
+    def step_s(self, k: int, d: float, pooled: bool = False) -> float:
         """Seconds of a step in which this sequence drafts k tokens: the
         target batch of its k + 1 rows and the others', and every drafting
-        (the requests that follow drafting as this one)."""
-        load = self.load
-        if not load.shape:
-            return self.cost.c(load.rows + k + 1) + k * d + load.extra_s
-        more = {load.seq: k, **{seq: min(k, len(rates)) for seq, rates in load.following}}
-        parts = [(seq, rows + more.get(seq, 0)) for seq, rows in load.shape]
-        drafted = sum(more.values())
-        return sum(self.cost.c(n) for n in passes(parts)) + drafted * d + load.extra_s
+        (the requests that follow drafting as this one); a `pooled` draft
+        is made together with the others' pooled ones (Load.pool)."""
+        load, c = self.load, self.cost.c
+        mine = [k, *(min(k, len(rates)) for _, rates in load.following)]
+        if load.shape:
+            more = {load.seq: k, **{seq: min(k, len(rates)) for seq, rates in load.following}}
+            verify = sum(c(n) for n in passes([(seq, rows + more.get(seq, 0)) for seq, rows in load.shape]))
+        else:
+            verify = c(load.rows + k + 1)
+        if pooled:
+            drafting = pooled_s([*load.pool, *mine], max(d, load.pool_d), c)
+        else:
+            drafting = sum(mine) * d + pooled_s(load.pool, load.pool_d, c)
+        return verify + drafting + load.extra_s
 
     def plain_s(self) -> float:
         """Seconds of the step with this sequence not drafting."""
         return self.step_s(0, 0.0)
 
-    def rate(self, rates: list[float], d: float) -> float:
+    def rate(self, rates: list[float], d: float, pooled: bool = False) -> float:
         """This sequence's tokens a second at draft chances `rates`."""
-        return expected_tokens(rates) / self.step_s(len(rates), d)
+        return expected_tokens(rates) / self.step_s(len(rates), d, pooled)
 
-    def _batch_gains(self, rates: list[float], d: float) -> bool:
+    def _batch_gains(self, rates: list[float], d: float, pooled: bool = False) -> bool:
         """Does the whole batch make more tokens a second with this draft
         than with this sequence plain?  (Alone: the same as `rate` beating
         the target alone.)  Speculation pays less as the batch grows: its
@@ -386,26 +414,26 @@ class Policy:
         k = len(rates)  # this request's draft, and as long a one for those that follow
         follow = sum(expected_tokens(list(r[:k])) for _, r in load.following)
         n = len(load.following)
-        return ((load.tokens + expected_tokens(rates) + follow) / self.step_s(k, d)
+        return ((load.tokens + expected_tokens(rates) + follow) / self.step_s(k, d, pooled)
                 > (load.tokens + 1.0 + n) / self.plain_s())
 
-    def _saves(self, rates: list[float], d: float, setup_s: float) -> bool:
+    def _saves(self, rates: list[float], d: float, setup_s: float, pooled: bool = False) -> bool:
         """Does drafting len(rates) tokens a step beat the target alone over
         the tokens still to come, a one-time `setup_s` included?"""
-        per_token = self.step_s(len(rates), d) / expected_tokens(rates)
+        per_token = self.step_s(len(rates), d, pooled) / expected_tokens(rates)
         saved = self.plain_s() - per_token
         return saved > 0 and saved * self.horizon > setup_s * (1 + self.load.others)
 
-    def _best(self, rates: list[float], d: float, limit: int) -> int:
+    def _best(self, rates: list[float], d: float, limit: int, pooled: bool = False) -> int:
         best_k, best = 0, 1.0 / self.plain_s()
         total, chain = 1.0, 1.0  # expected_tokens(rates[:k]), grown a position at a time
         for k in range(1, min(limit, len(rates)) + 1):  # (past the rates a step only costs more)
             chain *= rates[k - 1]
             total += chain
-            r = total / self.step_s(k, d)
+            r = total / self.step_s(k, d, pooled)
             if r > best:
                 best_k, best = k, r
-        while best_k and not self._batch_gains(rates[:best_k], d):
+        while best_k and not self._batch_gains(rates[:best_k], d, pooled):
             best_k -= 1  # a shorter draft costs the others less
         return best_k
 
@@ -449,9 +477,13 @@ class Policy:
                 continue
             d = self.draft_s.get(cand.source, 0.0)
             rates = self.chances(cand.source)
-            k = self._best(rates, d, n)
-            if k > 0 and self._saves(rates[:k], d, cand.setup_s) and self.rate(rates[:k], d) > best_rate:
-                best, best_rate = (cand, k), self.rate(rates[:k], d)
+            pooled = cand.pooled
+            if pooled:
+                self.pooled.add(cand.source)
+            k = self._best(rates, d, n, pooled)
+            if (k > 0 and self._saves(rates[:k], d, cand.setup_s, pooled)
+                    and self.rate(rates[:k], d, pooled) > best_rate):
+                best, best_rate = (cand, k), self.rate(rates[:k], d, pooled)
         if best is not None:
             self._idle[best[0].source] = 0
             self._wait[best[0].source] = self.probe_every
@@ -500,7 +532,8 @@ class Policy:
         d = self.draft_s.get(source, 0.0)
         # a look that costs a catch-up (a draft model reading what it missed)
         # is taken only where an always-accepted draft would pay it back twice
-        ideal = next((k for k in range(1, n + 1) if self._saves([1.0] * k, d, PROBE_MARGIN * cand.setup_s)), 0)
+        ideal = next((k for k in range(1, n + 1)
+                      if self._saves([1.0] * k, d, PROBE_MARGIN * cand.setup_s, cand.pooled)), 0)
         shape = ideal == 0 and self._free(cand) and not self.cost.seen(min(n, SHAPE_K) + 1)
         if shape:
             # a free draft that the curve says cannot pay, where that size was never
@@ -533,16 +566,19 @@ class Policy:
             return False
         if k < self._wide:
             return True  # a wider look (see _wider) goes its whole length: that size is what it measures
-        d = self.draft_s.get(proposer, 0.0)
+        d, pooled = self.draft_s.get(proposer, 0.0), proposer in self.pooled
         nxt = self.chances(proposer)[k]
-        return self.rate(chain + [nxt], d) > self.rate(chain, d) and self._batch_gains(chain + [nxt], d)
+        return (self.rate(chain + [nxt], d, pooled) > self.rate(chain, d, pooled)
+                and self._batch_gains(chain + [nxt], d, pooled))
 
     def observe(self, proposer: str, *, drafted: int, accepted: int, draft_s: float,
-                verify_s: float, batch: bool = False) -> None:
+                verify_s: float, batch: bool = False, unit_s: float | None = None) -> None:
         """Learn from a step.  With `batch` (several sequences in one target
         batch) the caller teaches the cost model the batch's size and time
         itself, once, and `verify_s` is this sequence's share: what its own
-        rows alone would have cost at the pace the batch showed."""
+        rows alone would have cost at the pace the batch showed.  `unit_s`:
+        a draft made together with others' (pooled), what a token of it
+        would have cost alone (draft_s is its share of the draft batches)."""
         if not batch:
             self.cost.observe_verify(drafted + 1, verify_s)
         if not drafted:
@@ -552,7 +588,7 @@ class Policy:
             self._learn_shift(proposer, drafted, accepted)
         self._acc(proposer).observe(drafted, accepted)
         old = self.draft_s.get(proposer)
-        per = draft_s / drafted
+        per = draft_s / drafted if unit_s is None else unit_s
         self.draft_s[proposer] = per if old is None else old + EMA * (per - old)
         g = _group(proposer)  # the safeguard judges each kind of lookup as one, whatever the match length
         steps = self._steps.setdefault(g, deque(maxlen=WINDOW))

@@ -51,7 +51,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..core.policy import ALONE, Load, expected_tokens, passes, trim_drafts
+from ..core.policy import ALONE, Load, expected_tokens, passes, pooled_s, trim_drafts
 from ..core.tokens import common_prefix
 from .engine import Generation, Round, Step, keep_going, step as one_step
 from .proposers.base import EMPTY, Proposal
@@ -93,6 +93,7 @@ class Stream:
     draft: list = field(default_factory=list)
     draft_s: float = 0.0        # the user's wait for it (on a simulated clock, what the clock charges)
     steady_s: float = 0.0       # what the policy learns of its cost (proposers.base.Proposal.steady_s)
+    unit_s: float | None = None  # drafted with others: a token's seconds alone (Policy.observe)
     host_draft_s: float = 0.0
     # the draft model that reads this request's prompt beside the target
     # (Batch._follow), else None; `following` while it is behind
@@ -334,7 +335,7 @@ class Batch:
                 # what this request's rows alone would have cost at the pace the batch showed
                 share = verify_s * g.policy.cost.c(len(s.draft) + 1) / g.policy.cost.c(max(rows_n, 1))
                 g.policy.observe(s.prop.source, drafted=len(s.draft), accepted=n_acc,
-                                 draft_s=s.steady_s, verify_s=share, batch=True)
+                                 draft_s=s.steady_s, verify_s=share, batch=True, unit_s=s.unit_s)
             rnd = Round(s.draft, n_acc, token, s.prop.source, s.draft_s, verify_s, r,
                         s.host_draft_s + host_verify, s.host_draft_s)
             out.append((s, g.settle(rnd, r)))
@@ -405,15 +406,17 @@ class Batch:
         # a row each for the running requests until each has chosen its draft
         rows_of = {s.seq: len(tokens) for s, tokens in reading}
         rows_of.update({s.seq: 1 for s in running})
-        tokens = extra = 0.0
+        tokens = extra = pool_d = 0.0
+        pool = []  # the lengths of the drafts a draft model makes together (Load.pool)
         plans = []
-        drafts = []  # for trim_drafts: (sequence, k, chances, seconds a drafted token)
+        drafts = []  # for trim_drafts: (sequence, k, chances, seconds a drafted token, pooled)
         for i, (s, (k, cands, _, spent)) in enumerate(zip(running, offers)):
             g, policy = s.gen, s.gen.policy
             self.pair.use(s.seq)
             t0 = time.perf_counter()
             if policy is not None:
                 policy.load = Load(rows=sum(rows_of.values()) - 1, tokens=tokens, extra_s=extra,
+                                   pool=tuple(pool), pool_d=pool_d,
                                    others=len(running) - 1, shape=tuple(rows_of.items()), seq=s.seq,
                                    following=tuple((o.seq, offers[j][2])
                                                    for j, o in enumerate(running) if j > i))
@@ -424,20 +427,25 @@ class Batch:
                 chances, d = tuple(policy.chances(cand.source)[:k]), policy.draft_s.get(cand.source, 0.0)
                 rows_of[s.seq] += k
                 tokens += expected_tokens(list(chances)) - 1.0
-                extra += d * k
-                drafts.append((s.seq, k, chances, d))
+                if cand.pooled:
+                    pool.append(k)
+                    pool_d = max(pool_d, d)
+                else:
+                    extra += d * k
+                drafts.append((s.seq, k, chances, d, cand.pooled))
             else:
-                drafts.append((s.seq, 0, (), 0.0))
+                drafts.append((s.seq, 0, (), 0.0, False))
             plans.append((s, cand, k, spent + time.perf_counter() - t0))
         price = self._price
         # the plan of requests whose policies chose their drafts; a fixed length
         # (--fixed, bench's draft@K) is what was asked for, and stays
-        if price is not None and any(k > 0 for _, k, _, _ in drafts) and all(s.gen.policy for s in running):
+        if price is not None and any(k > 0 for _, k, *_ in drafts) and all(s.gen.policy for s in running):
             ks = trim_drafts([(s.seq, len(tokens)) for s, tokens in reading], drafts, price)
             plans = [(s, cand, k, spent) for (s, cand, _, spent), k in zip(plans, ks)]
         together, alone = [], []
         for s, cand, k, spent in plans:
             s.prop, s.draft, s.draft_s, s.steady_s, s.host_draft_s = EMPTY, [], spent, spent, spent
+            s.unit_s = None
             if not cand or k <= 0:
                 continue
             batched = getattr(s.gen.proposer, "batched", None)
@@ -457,16 +465,24 @@ class Batch:
             props = draft_together([(dm, s.seq, s.gen.context, cand, k, keep_going(s.gen.policy, cand))
                                     for s, cand, k, dm in together])
             spent, decoded = time.perf_counter() - t0, timer.seconds - d0
-            total = max(sum(len(p.tokens) for p in props), 1)
+            lengths = [len(p.tokens) for p in props]
+            total = max(sum(lengths), 1)
             clock = self.clock
             if clock is not None:  # the simulated draft model's batches, a position each
-                charged = clock.draft_batch_s([len(p.tokens) for p in props])
+                charged = clock.draft_batch_s(lengths)
+            # what a token would have cost alone, for the policies to learn (they price
+            # drafting together themselves: pooled_s); the batches' time over their
+            # sizes in tokens alone, as pooled_s weighs them
+            price = self._price
+            units = pooled_s(lengths, 1.0, price) if price is not None else 0.0
             for (s, cand, k, _), prop in zip(together, props):
                 s.prop = prop
                 share = len(prop.tokens) / total
                 self._drafted(s, k, spent * share, decoded * share)
                 if clock is not None:
                     s.draft_s = s.steady_s = charged * share + s.host_draft_s
+                if units > 0:
+                    s.unit_s = (charged if clock is not None else spent) / units
 
     def _fair(self, out: list[tuple[Stream, Step]], seconds: float, reading: list[tuple[int, int]]) -> None:
         """Count what each request got this round against what it would have

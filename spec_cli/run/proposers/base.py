@@ -34,6 +34,9 @@ class Candidate:
     source: str
     limit: int             # the most tokens it can draft here
     setup_s: float = 0.0   # a one-time cost before drafting (a draft model's catch-up)
+    # drafted together with the other sequences' in a batch, a draft batch a
+    # position (a draft model of its own: draft.draft_together), not each alone
+    pooled: bool = False
 
 
 @dataclass(frozen=True)

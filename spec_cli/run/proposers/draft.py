@@ -173,7 +173,8 @@ class DraftModel:
 
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
         self._behind = len(context) - common_prefix(self.source.cached(), context)  # draft() reuses it
-        return [Candidate(self.name, self.model.n_ctx - len(context), self.catch_up_s(self._behind))]
+        return [Candidate(self.name, self.model.n_ctx - len(context), self.catch_up_s(self._behind),
+                          pooled=isinstance(self.source, ModelDrafts))]
 
     @property
     def coupled(self) -> bool:
