@@ -300,7 +300,7 @@ class Batch:
         target, timer = self.target, self.target.timer
         t0 = time.perf_counter()
         n_read = sum(len(tokens) for _, tokens in reading)
-        followed_s = self._follow(reading)
+        followed_s = self._follow(reading, running)
         self._draft_all(running, reading)
         parts = [(s.seq, tokens, False) for s, tokens in reading]
         parts += [(s.seq, [s.context[-1], *s.draft]) for s in running]
@@ -347,16 +347,16 @@ class Batch:
                    [(s.seq, len(tokens)) for s, tokens in reading])
         return out, charged
 
-    def _follow(self, reading: list[tuple[Stream, list[int]]]) -> float:
-        """The draft model reads what the target holds of each request that
-        it follows (Stream.following), or will hold after this round's
-        prompt chunks: at most `chunk` tokens a request, all in one draft
-        batch.  A request is followed until it is running and the draft is
-        within two tokens of it (a step's usual catch-up).
+    def _follow(self, reading: list[tuple[Stream, list[int]]], running: list[Stream]) -> float:
+        """The draft model reads what the target holds of each request in
+        the round that it follows (Stream.following), or will hold after
+        this round's prompt chunks: at most `chunk` tokens a request, all in
+        one draft batch.  A request is followed until it is running and the
+        draft is within two tokens of it (a step's usual catch-up).
         Returns what the simulated clock charges for it (else 0)."""
         chunk_of = {s: len(tokens) for s, tokens in reading}
         parts, model = [], None
-        for s in self.streams:
+        for s in [s for s, _ in reading] + running:
             m = s.follower
             if not s.following:
                 continue

@@ -92,7 +92,7 @@ def _burst(pair, items, clients: int, v: Variant, gen_base, refs: dict[str, Run]
             pid, tokens = pending.popleft()
             busy = {s.seq for s in running}
             free = next(seq for seq in range(pair.target.n_seq) if seq not in busy)
-            g = Generation(pair.target, pair.new_proposer(name=v.proposer), tokens, cfg)
+            g = Generation(pair.target, pair.new_proposer(name=v.proposer, clock=clock), tokens, cfg)
             running[batch.add(free, g)] = _Request(pid, now)
         steps = batch.round()
         rounds += 1
