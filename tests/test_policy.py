@@ -431,6 +431,20 @@ def test_a_batch_plan_that_splits_into_passes_is_trimmed_where_that_is_faster():
     assert trim_drafts([], [(0, 4, weak[:4], 0.0, False), (1, 0, (), 0.0, False)] + plain, cpu) == [0, 0, 0, 0]
     # a long draft that is sure only at first, beside a short one: cut to share the short one's passes
     tail = (0.9, 0.9, 0.05, 0.05, 0.05, 0.05)
-    assert trim_drafts([], [(0, 6, tail, 0.0, False), (1, 2, sure[:2], 0.0, False)] + plain, flat) == [2, 2, 0, 0]
+    assert trim_drafts([], [(0, 6, tail, 0.0, False), (1, 2, sure[:2], 0.0, False)], flat) == [2, 2]
+    # ... but beside two plain rows, two passes for them are not repaid: all are cut at once
+    # (cutting one alone would only split the passes further)
+    assert trim_drafts([], [(0, 6, tail, 0.0, False), (1, 2, sure[:2], 0.0, False)] + plain, flat) == [0, 0, 0, 0]
+    # drafts of uneven lengths beside two prompts' chunks (gpu-70b's price): cut to one length, so
+    # that they share the chunks' first pass; kept, for they yield more than the batch's rate
+    # without the chunks would make of the seconds they add
+    from spec_cli.run.clock import load_clock
+    gpu70 = load_clock("gpu-70b").verify_s
+    uneven = [(seq, k, sure[:1] * k, 0.0012, True) for seq, k in enumerate([3, 7, 4, 9])]
+    assert trim_drafts([(4, 47), (5, 81)], uneven, gpu70) == [3, 3, 3, 3]
+    # a weak draft's extra rows beside a chunk are not repaid at that rate, though the round's
+    # tokens a second (the chunk's seconds counted against no token) would say they are
+    lone = [(0, 4, (0.5,) * 4, 0.0, False)]
+    assert trim_drafts([(1, 128)], lone, cpu) == [0]
     # a prompt's chunk in the batch stays as it is
     assert trim_drafts([(4, 64)], [(0, 0, (), 0.0, False), (1, 0, (), 0.0, False)] + plain, cpu) == [0, 0, 0, 0]

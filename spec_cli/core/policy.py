@@ -260,32 +260,61 @@ def trim_drafts(fixed, drafts, price) -> list[int]:
     """The batch's plan made no slower: each request chose its draft in turn
     (Load), so together the drafts may split the batch into passes that
     cost more than they yield.  `fixed`: (sequence, rows) parts that stay
-    (prompt chunks); `drafts`: per request (sequence, k, chances, seconds
-    a drafted token, drafted together with the other pooled ones: a draft
-    model's, pooled_s); `price(n)`: one pass of n rows.  Shortens drafts
-    -- to nothing, or to another request's length so that they share
-    passes -- while that makes more tokens a second for the whole batch;
-    returns each request's k."""
+    (prompt chunks, an editor's rows); `drafts`: per request (sequence, k,
+    chances, seconds a drafted token, drafted together with the other
+    pooled ones: a draft model's, pooled_s); `price(n)`: one pass of n
+    rows.  Shortens drafts -- to nothing, or to another request's length so
+    that they share passes -- while that makes more tokens a second for
+    the whole batch; returns each request's k.
+
+    Where the round has fixed parts, their seconds are paid whatever the
+    drafts, and a round's tokens a second would count them against no
+    token: the drafts would look cheap beside a prompt's chunk, and the
+    passes they split it into cost more than they yield.  There a draft
+    must yield, for the seconds it adds, the tokens a second the batch
+    makes without the fixed parts (its best plan), as a second spent
+    elsewhere would."""
     ks = [k for _, k, _, _, _ in drafts]
     pool_d = max((d for *_, d, pooled in drafts if pooled), default=0.0)
 
-    def rate(ks) -> float:
+    def cost(ks, fixed) -> tuple[float, float]:  # (tokens made, seconds)
         parts = list(fixed) + [(seq, k + 1) for (seq, *_), k in zip(drafts, ks)]
         seconds = (sum(price(n) for n in passes(parts))
                    + sum(k * d for (*_, d, pooled), k in zip(drafts, ks) if not pooled)
                    + pooled_s([k for (*_, pooled), k in zip(drafts, ks) if pooled], pool_d, price))
         made = sum(expected_tokens(list(chances[:k])) for (_, _, chances, _, _), k in zip(drafts, ks))
+        return made, seconds
+
+    def rate(ks) -> float:
+        made, seconds = cost(ks, ())
         return made / seconds if seconds > 0 else 0.0
 
-    best = rate(ks)
+    best = _shortened(ks, rate)
+    if not fixed:
+        return best
+    r = rate(best)
+
+    def value(ks) -> float:
+        made, seconds = cost(ks, fixed)
+        return made - r * seconds
+    return _shortened(ks, value)
+
+
+def _shortened(ks: list[int], score) -> list[int]:
+    """Shorten drafts -- one (to nothing, or to another's length), or all
+    to at most one length (nothing included: passes are shared, so one
+    draft cut alone may only split them further) -- while that raises
+    `score`; the plan where no such move does."""
+    best = score(ks)
     while True:
         move = None
-        for i, k in enumerate(ks):
-            for shorter in {0, *(j for j in ks if 0 < j < k)}:
-                trial = ks[:i] + [shorter] + ks[i + 1:]
-                r = rate(trial)
-                if r > best * (1 + 1e-9):
-                    best, move = r, trial
+        lengths = {0, *ks}
+        trials = [ks[:i] + [shorter] + ks[i + 1:] for i, k in enumerate(ks) for shorter in lengths if shorter < k]
+        trials += [[min(k, cap) for k in ks] for cap in lengths]
+        for trial in trials:
+            v = score(trial)
+            if v > best + 1e-9 * abs(best):
+                best, move = v, trial
         if move is None:
             return ks
         ks = move
