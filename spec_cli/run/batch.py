@@ -483,6 +483,15 @@ class Batch:
                     s.draft_s = s.steady_s = charged * share + s.host_draft_s
                 if units > 0:
                     s.unit_s = (charged if clock is not None else spent) / units
+        price = self._price
+        if price is not None and any(s.draft for s in running) and all(s.gen.policy for s in running):
+            # the drafts as made: a draft model stops where it is unsure, so drafts
+            # planned to one length come back uneven, and would split the batch into
+            # passes again; their drafting is spent, their rows are not
+            made = [(s.seq, len(s.draft), tuple(s.gen.policy.chances(s.prop.source)[:len(s.draft)]), 0.0, False)
+                    if s.draft else (s.seq, 0, (), 0.0, False) for s in running]
+            for s, k in zip(running, trim_drafts([(s.seq, len(tokens)) for s, tokens in reading], made, price)):
+                s.draft = s.draft[:k]
 
     def _fair(self, out: list[tuple[Stream, Step]], seconds: float, reading: list[tuple[int, int]]) -> None:
         """Count what each request got this round against what it would have
