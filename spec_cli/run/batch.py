@@ -332,8 +332,11 @@ class Batch:
         for s, r, (n_acc, token) in zip(running, rows, picks):
             g = s.gen
             if g.policy is not None:
-                # what this request's rows alone would have cost at the pace the batch showed
-                share = verify_s * g.policy.cost.c(len(s.draft) + 1) / g.policy.cost.c(max(rows_n, 1))
+                # what this request's rows alone would have cost at the pace the batch
+                # showed: its passes' price (the prompts' chunks' included) against
+                # their seconds; not a share of the chunks' seconds, which are not its
+                c = g.policy.cost.c
+                share = verify_s * c(len(s.draft) + 1) / max(sum(c(n) for n in shape), 1e-9)
                 g.policy.observe(s.prop.source, drafted=len(s.draft), accepted=n_acc,
                                  draft_s=s.steady_s, verify_s=share, batch=True, unit_s=s.unit_s)
             rnd = Round(s.draft, n_acc, token, s.prop.source, s.draft_s, verify_s, r,
