@@ -149,6 +149,44 @@ def test_a_draft_model_reads_new_prompts_beside_the_target_and_drafts_in_shared_
     assert shared and all(all(n > 0 for n in r) for r in shared), shared
 
 
+def test_a_drafting_request_is_not_charged_the_seconds_of_a_prompt_read_beside_it(pair):
+    """A request drafting with a draft model in a round that also reads
+    another request's 128-token prompt chunk, on the gpu-70b clock: what
+    its policy learns of the round (the safeguard's seconds for the step)
+    is its own rows' share, about a step alone, not the chunk's seconds
+    (which made the safeguard stop drafting for good in a burst)."""
+    from spec_cli.core.source import Source
+    from spec_cli.run.batch import Batch
+    from spec_cli.run.clock import load_clock
+    from spec_cli.run.engine import GenConfig, Generation
+
+    clock = load_clock("gpu-70b")
+    for seq in range(pair.target.n_seq):
+        pair.use(seq)
+        pair.reset()
+    batch = Batch(pair, clock=clock)
+    vocab = pair.target.vocab
+    first = batch.add(0, Generation(pair.target, pair.new_proposer(name="draft", clock=clock),
+                                    vocab.tokenize(PROMPTS[0], add_special=True, parse_special=False),
+                                    GenConfig(max_tokens=48, seed=1, clock=clock)))
+    long = vocab.tokenize(PROMPTS[4] + " the end of the story" * 60, add_special=True, parse_special=False)
+    seen = []
+    while len(batch):
+        if len(batch) == 1 and not seen and first.gen.out.produced >= 4:
+            batch.add(1, Generation(pair.target, pair.new_proposer(name="none"), long,
+                                    GenConfig(max_tokens=2, seed=2, clock=clock)))
+        reading = any(s.reading for s in batch.streams)
+        for s, st in batch.round():
+            if s is first and reading and st.drafted:
+                step_s = first.gen.policy._steps[Source.of("draft").group][-1][1]
+                seen.append((step_s, clock.verify_s(st.drafted + 1) + first.draft_s))
+            if st.finish_reason is not None:
+                batch.drop(s)
+    assert seen, "no round drafted beside a prompt's chunk"
+    for step_s, alone_s in seen:
+        assert step_s < 1.5 * alone_s, (step_s, alone_s)
+
+
 def test_an_editor_beside_chats_keeps_within_its_pace_alone(pair):
     """An /infill beside three chats, on a simulated clock where every row
     costs half a token's time (a CPU's shape: a shared batch of four rows
