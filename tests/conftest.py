@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
+
+# A suite started in the background of a script (`python -m pytest &`) has SIGINT
+# ignored, and every command it starts would inherit that: the Ctrl-C tests would
+# see their interrupt ignored.  A handler (not SIG_IGN) is reset to the default in
+# the commands the tests start.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_BENCH = REPO.parent / "shared" / "bench"
