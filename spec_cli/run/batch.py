@@ -17,7 +17,8 @@ round (`Batch.round`):
      llama.cpp runs it, a pass over the weights for each run of
      consecutive sequences with as many rows each (core.policy.passes),
      and the plan is trimmed where its drafts split it into passes that
-     cost more than they yield (core.policy.trim_drafts).  So requests
+     cost more than they yield (core.policy.trim_drafts), and again once
+     drafted (a draft model stops early where it is unsure).  So requests
      draft together or not at all, speculation shrinks as the batch
      grows, and stops by itself where rows cost as much as tokens.  The
      proposers draft (draft models together, one draft batch a position:
