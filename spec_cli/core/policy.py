@@ -412,9 +412,9 @@ class Policy:
         (the requests that follow drafting as this one); a `pooled` draft
         is made together with the others' pooled ones (Load.pool)."""
         load, c = self.load, self.cost.c
-        mine = [k, *(min(k, len(rates)) for _, rates in load.following)]
+        more = {load.seq: k, **{seq: min(k, len(rates)) for seq, rates in load.following}}
+        mine = list(more.values())  # this draft, and those that follow
         if load.shape:
-            more = {load.seq: k, **{seq: min(k, len(rates)) for seq, rates in load.following}}
             verify = sum(c(n) for n in passes([(seq, rows + more.get(seq, 0)) for seq, rows in load.shape]))
         else:
             verify = c(load.rows + k + 1)

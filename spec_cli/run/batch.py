@@ -359,11 +359,11 @@ class Batch:
         draft is within two tokens of it (a step's usual catch-up).
         Returns what the simulated clock charges for it (else 0)."""
         chunk_of = {s: len(tokens) for s, tokens in reading}
-        parts, model = [], None
+        parts, model, n = [], None, 0
         for s in [s for s, _ in reading] + running:
-            m = s.follower
             if not s.following:
                 continue
+            m = s.follower
             text = s.gen.prompt if s.reading else s.context
             held = len(text) - 1 - (len(s.unread) - chunk_of.get(s, 0) if s.reading else 0)
             m.use(s.seq)
@@ -373,14 +373,13 @@ class Batch:
                 continue
             m.truncate(have)
             take = text[have:min(held, have + self.chunk)]
-            if take and sum(len(t) for _, t, _ in parts) + len(take) <= m.n_batch:
+            if take and n + len(take) <= m.n_batch:
                 parts.append((s.seq, take, False))
-                model = m
+                model, n = m, n + len(take)
         if not parts:
             return 0.0
         model.decode_batch(parts)
-        clock = self.clock
-        return clock.catch_up_s(sum(len(t) for _, t, _ in parts)) if clock is not None else 0.0
+        return self.clock.catch_up_s(n) if self.clock is not None else 0.0
 
     def _draft_all(self, running: list[Stream], reading: list[tuple[Stream, list[int]]]) -> None:
         """Each running request's draft: its policy, told the batch around
@@ -440,11 +439,12 @@ class Batch:
             else:
                 drafts.append((s.seq, 0, (), 0.0, False))
             plans.append((s, cand, k, spent + time.perf_counter() - t0))
-        price = self._price
-        # the plan of requests whose policies chose their drafts; a fixed length
-        # (--fixed, bench's draft@K) is what was asked for, and stays
-        if price is not None and any(k > 0 for _, k, *_ in drafts) and all(s.gen.policy for s in running):
-            ks = trim_drafts([(s.seq, len(tokens)) for s, tokens in reading], drafts, price)
+        # the plan is trimmed where every request's policy chose its draft; a fixed
+        # length (--fixed, bench's draft@K) is what was asked for, and stays
+        price = self._price if all(s.gen.policy for s in running) else None
+        chunks = [(s.seq, len(tokens)) for s, tokens in reading]
+        if price is not None and any(k > 0 for _, k, *_ in drafts):
+            ks = trim_drafts(chunks, drafts, price)
             plans = [(s, cand, k, spent) for (s, cand, _, spent), k in zip(plans, ks)]
         together, alone = [], []
         for s, cand, k, spent in plans:
@@ -477,8 +477,7 @@ class Batch:
             # what a token would have cost alone, for the policies to learn (they price
             # drafting together themselves: pooled_s); the batches' time over their
             # sizes in tokens alone, as pooled_s weighs them
-            price = self._price
-            units = pooled_s(lengths, 1.0, price) if price is not None else 0.0
+            units = pooled_s(lengths, 1.0, self._price) if self._price is not None else 0.0
             for (s, cand, k, _), prop in zip(together, props):
                 s.prop = prop
                 share = len(prop.tokens) / total
@@ -487,14 +486,13 @@ class Batch:
                     s.draft_s = s.steady_s = charged * share + s.host_draft_s
                 if units > 0:
                     s.unit_s = (charged if clock is not None else spent) / units
-        price = self._price
-        if price is not None and any(s.draft for s in running) and all(s.gen.policy for s in running):
+        if price is not None and any(s.draft for s in running):
             # the drafts as made: a draft model stops where it is unsure, so drafts
             # planned to one length come back uneven, and would split the batch into
             # passes again; their drafting is spent, their rows are not
             made = [(s.seq, len(s.draft), tuple(s.gen.policy.chances(s.prop.source)[:len(s.draft)]), 0.0, False)
                     if s.draft else (s.seq, 0, (), 0.0, False) for s in running]
-            for s, k in zip(running, trim_drafts([(s.seq, len(tokens)) for s, tokens in reading], made, price)):
+            for s, k in zip(running, trim_drafts(chunks, made, price)):
                 s.draft = s.draft[:k]
 
     def _fair(self, out: list[tuple[Stream, Step]], seconds: float, reading: list[tuple[int, int]]) -> None:
