@@ -149,6 +149,42 @@ def test_a_draft_model_reads_new_prompts_beside_the_target_and_drafts_in_shared_
     assert shared and all(all(n > 0 for n in r) for r in shared), shared
 
 
+def test_a_draft_model_that_would_not_draft_at_the_batchs_size_does_not_read_its_prompts(pair, tmp_path):
+    """On a CPU-like clock (each row half a token's price) a draft model that
+    would pay for one request alone would not beside three others, so it
+    reads none of four new prompts: every request would wait for that
+    reading, for nothing (on a 2-core CPU eight prompts' reading stalled an
+    8-client burst for 6 s)."""
+    from spec_cli.run.batch import Batch
+    from spec_cli.run.clock import load_clock
+    from spec_cli.run.engine import GenConfig, Generation
+
+    profile = tmp_path / "cpu-like.toml"
+    profile.write_text('name = "cpu-like"\nc1_ms = 40.0\nslope = 0.5\nknee = 16\nslope_after = 0.5\n'
+                       'prefill_ms_per_token = 5.0\ndraft_ratio = 0.1\n')
+    clock = load_clock(str(profile))
+    for seq in range(pair.target.n_seq):
+        pair.use(seq)
+        pair.reset()
+    batch = Batch(pair, clock=clock, chunk=8)
+    for seq, text in enumerate(PROMPTS[:4]):
+        tokens = pair.target.vocab.tokenize(text * 3, add_special=True, parse_special=False)
+        g = Generation(pair.target, pair.new_proposer(name="draft", clock=clock), tokens,
+                       GenConfig(max_tokens=12, seed=seq, clock=clock))
+        assert g.policy.could_pay(g.proposer.name)  # alone it would draft
+        batch.add(seq, g)
+    while len(batch) == 4:
+        steps = batch.round()
+        for s, st in steps:
+            if st.finish_reason is not None:
+                batch.drop(s)
+        read = []
+        for seq in range(4):
+            pair.draft.use(seq)
+            read.append(len(pair.draft.tokens))
+        assert read == [0, 0, 0, 0]
+
+
 def test_a_drafting_request_is_not_charged_the_seconds_of_a_prompt_read_beside_it(pair):
     """A request drafting with a draft model in a round that also reads
     another request's 128-token prompt chunk, on the gpu-70b clock: what

@@ -300,6 +300,33 @@ def test_could_pay_tells_whether_a_caught_up_draft_model_would_draft_alone_whate
     assert not policy.could_pay("cheap")
 
 
+def test_could_pay_at_a_load_weighs_the_batch_and_a_catch_up_that_stalls_it():
+    """Batch._follow asks whether a draft model would draft at the batch's
+    size before it reads a request's text beside the target: on a CPU a
+    draft model that pays alone does not beside seven requests drafting
+    with theirs; on a GPU it does; and a catch-up that every request would
+    wait for must be paid back over the tokens still to come."""
+    from spec_cli.core.policy import Load
+
+    cpu = CostModel.from_timings({n: 0.04 + 0.012 * (n - 1) for n in range(1, 130)}, 129)
+    gpu = CostModel.from_timings({n: 0.020 + 0.0002 * n for n in range(1, 130)}, 129)
+    for cost in (cpu, gpu):
+        d = 0.1 * cost.c(1)
+        policy = Policy(cost, k_max=8, draft_s={"draft": d})
+        for _ in range(40):
+            policy.observe("draft", drafted=8, accepted=6, draft_s=8 * d, verify_s=cost.c(9))
+        rates = tuple(policy.chances("draft"))
+        eight = Load(rows=7, tokens=7.0, others=7, shape=tuple((seq, 1) for seq in range(8)), seq=0,
+                     following=tuple((seq, rates) for seq in range(1, 8)))
+        assert policy.could_pay("draft")
+        assert policy.could_pay("draft", eight, pooled=True) == (cost is gpu)
+    policy.horizon = 8
+    assert policy.could_pay("draft", eight, setup_s=0.1 * gpu.c(1), pooled=True)
+    assert not policy.could_pay("draft", eight, setup_s=10 * gpu.c(1), pooled=True)  # 8 tokens cannot repay it
+    policy.horizon = 4096
+    assert policy.could_pay("draft", eight, setup_s=10 * gpu.c(1), pooled=True)
+
+
 def _learned(cost) -> "Policy":
     """A lookup source that has been right about 60-70 % of the time a token."""
     policy = Policy(cost, k_max=6)

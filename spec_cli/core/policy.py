@@ -466,17 +466,21 @@ class Policy:
             best_k -= 1  # a shorter draft costs the others less
         return best_k
 
-    def could_pay(self, source: str) -> bool:
-        """Would `source`, with nothing to catch up, draft at all for a
-        request running alone, on what is known of it now?  (A draft model
-        that never would need not follow the request's text.)"""
+    def could_pay(self, source: str, load: Load = ALONE, setup_s: float = 0.0, pooled: bool = False) -> bool:
+        """Would `source` draft at all at `load` (alone unless told), on what
+        is known of it now, its one-time `setup_s` (a draft model's catch-up
+        on the request's text, which stalls the whole batch) paid back over
+        the tokens still to come?  A draft model that would not need not
+        read the request's text (run/batch.py: Batch._follow)."""
         if _group(source) in self.stopped:
             return False
-        load, self.load = self.load, ALONE
+        rates, d = self.chances(source), self.draft_s.get(source, 0.0)
+        now, self.load = self.load, load
         try:
-            return self._best(self.chances(source), self.draft_s.get(source, 0.0), self.k_max) > 0
+            k = self._best(rates, d, self.k_max, pooled)
+            return k > 0 and (setup_s <= 0.0 or self._saves(rates[:k], d, setup_s, pooled))
         finally:
-            self.load = load
+            self.load = now
 
     def outlook(self, candidates, limit: int) -> tuple[float, ...]:
         """The chances of the likeliest draft among `candidates` (of up to

@@ -26,7 +26,9 @@ round (`Batch.round`):
      request's prompt beside the target, chunk by chunk, in one draft
      batch a round (Batch._follow), so that the request drafts with it
      once its prompt is read, with no catch-up that every request in the
-     batch would wait for;
+     batch would wait for -- where it would draft at the batch's size at
+     all, and the reading pays back (on a CPU, beside many requests, it
+     would not: the whole batch would wait for it for nothing);
   3. the target decodes every request's [last token, draft...] in ONE
      llama_decode (Model.decode_batch);
   4. each request's rule keeps the longest valid prefix of its own draft
@@ -96,27 +98,26 @@ class Stream:
     steady_s: float = 0.0       # what the policy learns of its cost (proposers.base.Proposal.steady_s)
     unit_s: float | None = None  # drafted with others: a token's seconds alone (Policy.observe)
     host_draft_s: float = 0.0
-    # the draft model that reads this request's prompt beside the target
-    # (Batch._follow), else None; `following` while it is behind
+    # its proposer's draft model (proposers.draft.DraftModel), else None;
+    # the draft model's own model where it reads this request's text beside
+    # the target (Batch._follow), else None; `following` while it is behind;
+    # `judged`: the batch's size when Batch._follow last weighed following it
+    drafter: object = None
     follower: object = None
     following: bool = False
+    judged: int = 0
 
     @property
     def context(self) -> list[int]:
         return self.gen.context
 
 
-def _follower(gen: Generation):
-    """The draft model that should read `gen`'s prompt beside the target:
-    its proposer's own draft model (not an MTP block, which reads the
-    target's rows), where its policy says that, caught up, it could pay at
-    all (a fixed draft length is what was asked for: it always could)."""
+def _drafter(gen: Generation) -> DraftModel | None:
+    """`gen`'s proposer's own draft model, which may read its text beside
+    the target (Batch._follow); None for the others (an MTP block reads the
+    target's rows)."""
     dm = getattr(gen.proposer, "draft_model", gen.proposer)
-    if not isinstance(dm, DraftModel) or not isinstance(dm.source, ModelDrafts):
-        return None
-    if gen.policy is not None and not gen.policy.could_pay(dm.name):
-        return None
-    return dm.model
+    return dm if isinstance(dm, DraftModel) and isinstance(dm.source, ModelDrafts) else None
 
 
 class Batch:
@@ -148,9 +149,7 @@ class Batch:
         prompt = gen.prompt[:-1]
         keep = common_prefix(t.tokens, prompt)
         t.truncate(keep)
-        follower = _follower(gen)
-        s = Stream(seq, gen, unread=prompt[keep:], editor=editor, follower=follower,
-                   following=follower is not None)
+        s = Stream(seq, gen, unread=prompt[keep:], editor=editor, drafter=_drafter(gen))
         at = sum(o.editor for o in self.streams) if editor else len(self.streams)
         self.streams.insert(at, s)
         if not s.unread:
@@ -356,18 +355,32 @@ class Batch:
         the round that it follows (Stream.following), or will hold after
         this round's prompt chunks: at most `chunk` tokens a request, all in
         one draft batch.  A request is followed until it is running and the
-        draft is within two tokens of it (a step's usual catch-up).
+        draft is within two tokens of it (a step's usual catch-up), and only
+        while that pays at the batch's size (_follow_pays, weighed again
+        when the size changes): every request in the round waits for the
+        draft batch, so where the draft model would not draft at this load
+        (many requests on a CPU) its reading would be all loss.
         Returns what the simulated clock charges for it (else 0)."""
         chunk_of = {s: len(tokens) for s, tokens in reading}
+        streams = [s for s, _ in reading] + running
         parts, model, n = [], None, 0
-        for s in [s for s, _ in reading] + running:
-            if not s.following:
-                continue
-            m = s.follower
+        for s in streams:
+            dm = s.drafter
+            if dm is None or (s.follower is not None and not s.following):
+                continue  # no draft model, or one caught up: a step prices its few tokens' catch-up
+            if s.follower is None and s.judged == len(streams):
+                continue  # not worth following at this batch's size
+            m = dm.model
             text = s.gen.prompt if s.reading else s.context
             held = len(text) - 1 - (len(s.unread) - chunk_of.get(s, 0) if s.reading else 0)
             m.use(s.seq)
             have = common_prefix(m.tokens, text[:held])
+            if s.judged != len(streams):
+                s.judged = len(streams)
+                pays = self._follow_pays(s, dm, len(text) - 1 - have, streams)
+                s.follower, s.following = (m, True) if pays else (None, False)
+                if not pays:
+                    continue
             if not s.reading and held - have <= 2:
                 s.following = False
                 continue
@@ -380,6 +393,24 @@ class Batch:
             return 0.0
         model.decode_batch(parts)
         return self.clock.catch_up_s(n) if self.clock is not None else 0.0
+
+    @staticmethod
+    def _follow_pays(s: Stream, dm: DraftModel, behind: int, streams: list[Stream]) -> bool:
+        """Would `s`'s draft model, once it has read the `behind` tokens it
+        lacks (a stall for every request in the batch), draft for it at all
+        beside `streams` -- each of the others one row, drafting as much
+        with theirs where they have one (core.policy.Load.following)?  A
+        fixed draft length (no policy) was asked for: it always would."""
+        policy = s.gen.policy
+        if policy is None:
+            return True
+        s.gen.limit()  # the policy's horizon: the tokens still to come
+        others = [o for o in streams if o is not s]
+        rates = tuple(policy.chances(dm.name))
+        load = Load(rows=len(others), tokens=float(len(others)), others=len(others),
+                    shape=tuple(sorted((o.seq, 1) for o in streams)), seq=s.seq,
+                    following=tuple((o.seq, rates) for o in others if o.drafter is not None))
+        return policy.could_pay(dm.name, load, setup_s=dm.catch_up_s(behind), pooled=True)
 
     def _draft_all(self, running: list[Stream], reading: list[tuple[Stream, list[int]]]) -> None:
         """Each running request's draft: its policy, told the batch around
