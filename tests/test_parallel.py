@@ -261,6 +261,52 @@ def test_an_editor_beside_chats_keeps_within_its_pace_alone(pair):
     assert all(len(t) == 60 for s, t in streams.items() if not s.editor)
 
 
+def test_an_editor_waits_neither_for_a_chats_prompt_nor_for_the_chats_drafts(pair):
+    """On the CPU-like clock: the round in which an editor reads its prompt
+    has no draft of the others' beside it, and a chat's long prompt that
+    arrives while the editor runs is read only as far as the editor's pace
+    allows (a 128-token chunk would cost it some sixty of its steps), then
+    in full once it has ended."""
+    from spec_cli.run.batch import EDITOR_PACE, Batch
+    from spec_cli.run.clock import Clock
+    from spec_cli.run.engine import GenConfig, Generation
+
+    clock = Clock.parametric("cpu-like", c1_ms=50, slope=0.5, knee=16, slope_after=0.5,
+                             prefill_ms_per_token=10, draft_ratio=0.3)
+    vocab = pair.target.vocab
+    for seq in range(pair.target.n_seq):
+        pair.use(seq)
+        pair.reset()
+    batch = Batch(pair, clock=clock)
+
+    def add(seq, text, n, editor=False, proposer="ngram", **fixed):
+        tokens = vocab.tokenize(text, add_special=True, parse_special=False)
+        cfg = GenConfig(max_tokens=n, seed=seq, clock=clock, **fixed)
+        return batch.add(seq, Generation(pair.target, pair.new_proposer(name=proposer), tokens, cfg), editor=editor)
+
+    def run(until, rounds=200):
+        for _ in range(rounds):
+            if until():
+                return
+            for s, st in batch.round():
+                if st.finish_reason is not None:
+                    batch.drop(s)
+        raise AssertionError("not within the rounds")
+
+    chats = [add(seq, PROMPTS[seq + 1], 200, proposer="draft", adaptive=False, draft_max=4)  # 4 tokens a round
+             for seq in (0, 1)]
+    run(lambda: any(s.draft for s in chats))
+    editor = add(2, PROMPTS[0], 24, editor=True)
+    batch.round()  # the editor reads its prompt
+    assert not editor.reading and not any(s.draft for s in chats)
+    long = add(3, PROMPTS[4] + " the end of the story" * 40, 8)
+    run(lambda: editor not in batch.streams)
+    assert long.reading  # 10 ms a token: the slack of 24 steps of 50 ms reads a few chunks at most
+    assert editor.spent_s <= EDITOR_PACE * editor.alone_s + clock.verify_s(4 + 4 * 16)
+    run(lambda: long not in batch.streams)
+    assert long.gen.out.produced == 8
+
+
 def test_a_request_that_ends_first_leaves_no_gap_the_others_keep_their_text(pair):
     """Batch.compact: when the request in sequence 1 of 0-2 ends, the one in
     sequence 2 moves into the gap (its caches copied), and every request

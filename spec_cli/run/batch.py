@@ -40,7 +40,9 @@ A request joins at the next round and leaves the moment it ends.  One
 request running alone goes through engine.step, exactly as `generate`.
 An editor's request whose rounds have taken more than EDITOR_PACE times
 what they would have cost it alone gets rounds of editors only until it
-is back within.
+is back within; beside a running editor the others' prompts are read only
+as far as that pace's slack allows (Batch._editors_allow), and in the round
+where an editor reads its prompt no one else drafts.
 
 The text of a request does not depend on what runs beside it, but for
 rounding: its rows come from a batch of another shape than alone, and a
@@ -70,6 +72,7 @@ FAIR_TOKENS = 4.0
 # rounds would have taken alone; past it, rounds run editors only until it
 # is back within (the others wait: an editor's latency comes first)
 EDITOR_PACE = 1.25
+EDITOR_CHUNK = 16  # the least of another's prompt read beside a running editor (Batch._editors_allow)
 
 
 @dataclass(eq=False)
@@ -269,13 +272,36 @@ class Batch:
         room = self.target.n_batch - sum(s.gen.limit() + 1 for s in self.streams if not s.reading)
         parts = []
         editors = any(s.reading and s.editor for s in self.streams)
+        allow = self._editors_allow()  # and the others read no more than a running editor's pace allows
         for s in self.streams:
             if s.reading and budget > 0 and (s.editor or not editors):  # others' chunks wait for an editor's
-                take = s.unread[:max(budget, room) if s.editor else budget]
+                take = s.unread[:max(budget, room) if s.editor else min(budget, allow)]
+                if not take:
+                    break
                 parts.append((s, take))
                 budget -= len(take)
                 room -= len(take)
+                allow -= 0 if s.editor else len(take)
         return parts
+
+    def _editors_allow(self) -> float:
+        """The others' prompt tokens a round may read beside the running
+        editors: what fits in the slack of their pace (EDITOR_PACE times
+        their seconds alone, less what they spent), read once it makes a
+        chunk of EDITOR_CHUNK at least.  On a CPU a 128-token chunk costs an
+        editor some twenty steps of its own, a second and a half beside a
+        2-second completion."""
+        editors = [s for s in self.streams if s.editor and not s.reading]
+        price = self._price
+        if not editors or price is None:
+            return float("inf")
+        slack = min(EDITOR_PACE * s.alone_s - s.spent_s for s in editors)
+        rows = sum(not s.reading for s in self.streams)
+        lo, hi = 0, self.chunk  # the most tokens whose rows fit in the slack (c is increasing)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if price(rows + mid) - price(rows) <= slack else (lo, mid - 1)
+        return lo if lo >= min(EDITOR_CHUNK, self.chunk) else 0
 
     def _ready(self, s: Stream) -> None:
         s.reading = False
@@ -421,11 +447,14 @@ class Batch:
         together, and the other proposers (lookup, MTP) for each alone."""
         timer = self.target.timer
         behind = [s for s in running if s.owed - s.got > max(FAIR_TOKENS, FAIR_SHARE * s.owed)]
+        editor_reads = any(s.editor for s, _ in reading)
         offers = []  # each request's draft limit, candidates, the chances of its likeliest draft, seconds
         for s in running:
             g, policy = s.gen, s.gen.policy
             self.pair.use(s.seq)
             k = g.limit() if not behind or s in behind else 0  # a request fell behind: the others wait
+            if editor_reads and not s.editor:
+                k = 0  # an editor's prompt, its longest round: the others' drafts' rows would lengthen it
             t0 = time.perf_counter()
             cands = g.proposer.candidates(g.context) if k > 0 else []
             if s.following or (len(running) > 1 and s.follower is None):
