@@ -47,6 +47,21 @@ def _alone(pair, tokens, cfg):
     return Session(pair, tokens, ref, pair.new_proposer(name="none")).run()
 
 
+def _cpu_like(pair, chunk=128, **profile):
+    """A simulated clock of a CPU's shape, where every row costs half a
+    token's time (a shared batch of four rows is 2.5 times one row), and a
+    Batch on it with every sequence of `pair` emptied."""
+    from spec_cli.run.batch import Batch
+    from spec_cli.run.clock import Clock
+
+    clock = Clock.parametric("cpu-like", **{**dict(c1_ms=50, slope=0.5, knee=16, slope_after=0.5,
+                                                   prefill_ms_per_token=10, draft_ratio=0.3), **profile})
+    for seq in range(pair.target.n_seq):
+        pair.use(seq)
+        pair.reset()
+    return clock, Batch(pair, clock=clock, chunk=chunk)
+
+
 @pytest.mark.parametrize("temp", [0.0, 0.8])
 def test_requests_in_one_batch_each_get_the_text_alone_gets(pair, temp):
     """Four requests drafting 4 tokens every round with the draft model
@@ -149,24 +164,15 @@ def test_a_draft_model_reads_new_prompts_beside_the_target_and_drafts_in_shared_
     assert shared and all(all(n > 0 for n in r) for r in shared), shared
 
 
-def test_a_draft_model_that_would_not_draft_at_the_batchs_size_does_not_read_its_prompts(pair, tmp_path):
+def test_a_draft_model_that_would_not_draft_at_the_batchs_size_does_not_read_its_prompts(pair):
     """On a CPU-like clock (each row half a token's price) a draft model that
     would pay for one request alone would not beside three others, so it
     reads none of four new prompts: every request would wait for that
     reading, for nothing (on a 2-core CPU eight prompts' reading stalled an
     8-client burst for 6 s)."""
-    from spec_cli.run.batch import Batch
-    from spec_cli.run.clock import load_clock
     from spec_cli.run.engine import GenConfig, Generation
 
-    profile = tmp_path / "cpu-like.toml"
-    profile.write_text('name = "cpu-like"\nc1_ms = 40.0\nslope = 0.5\nknee = 16\nslope_after = 0.5\n'
-                       'prefill_ms_per_token = 5.0\ndraft_ratio = 0.1\n')
-    clock = load_clock(str(profile))
-    for seq in range(pair.target.n_seq):
-        pair.use(seq)
-        pair.reset()
-    batch = Batch(pair, clock=clock, chunk=8)
+    clock, batch = _cpu_like(pair, chunk=8, c1_ms=40, prefill_ms_per_token=5, draft_ratio=0.1)
     for seq, text in enumerate(PROMPTS[:4]):
         tokens = pair.target.vocab.tokenize(text * 3, add_special=True, parse_special=False)
         g = Generation(pair.target, pair.new_proposer(name="draft", clock=clock), tokens,
@@ -229,17 +235,11 @@ def test_an_editor_beside_chats_keeps_within_its_pace_alone(pair):
     is 2.5 times one row): rounds of the editor alone keep its seconds
     within EDITOR_PACE of what its rounds would have cost alone, and the
     chats go on to their ends."""
-    from spec_cli.run.batch import EDITOR_PACE, Batch
-    from spec_cli.run.clock import Clock
+    from spec_cli.run.batch import EDITOR_PACE
     from spec_cli.run.engine import GenConfig, Generation
 
-    clock = Clock.parametric("cpu-like", c1_ms=50, slope=0.5, knee=16, slope_after=0.5,
-                             prefill_ms_per_token=10, draft_ratio=0.3)
+    clock, batch = _cpu_like(pair)
     vocab = pair.target.vocab
-    for seq in range(pair.target.n_seq):
-        pair.use(seq)
-        pair.reset()
-    batch = Batch(pair, clock=clock)
     streams = {}
     for seq, (text, n, editor) in enumerate([(PROMPTS[1], 60, False), (PROMPTS[2], 60, False),
                                              (PROMPTS[4], 60, False), (PROMPTS[0], 24, True)]):
@@ -267,17 +267,11 @@ def test_an_editor_waits_neither_for_a_chats_prompt_nor_for_the_chats_drafts(pai
     arrives while the editor runs is read only as far as the editor's pace
     allows (a 128-token chunk would cost it some sixty of its steps), then
     in full once it has ended."""
-    from spec_cli.run.batch import EDITOR_PACE, Batch
-    from spec_cli.run.clock import Clock
+    from spec_cli.run.batch import EDITOR_PACE
     from spec_cli.run.engine import GenConfig, Generation
 
-    clock = Clock.parametric("cpu-like", c1_ms=50, slope=0.5, knee=16, slope_after=0.5,
-                             prefill_ms_per_token=10, draft_ratio=0.3)
+    clock, batch = _cpu_like(pair)
     vocab = pair.target.vocab
-    for seq in range(pair.target.n_seq):
-        pair.use(seq)
-        pair.reset()
-    batch = Batch(pair, clock=clock)
 
     def add(seq, text, n, editor=False, proposer="ngram", **fixed):
         tokens = vocab.tokenize(text, add_special=True, parse_special=False)
