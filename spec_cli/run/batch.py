@@ -102,11 +102,11 @@ class Stream:
     unit_s: float | None = None  # drafted with others: a token's seconds alone (Policy.observe)
     host_draft_s: float = 0.0
     # its proposer's draft model (proposers.draft.DraftModel), else None;
-    # the draft model's own model where it reads this request's text beside
-    # the target (Batch._follow), else None; `following` while it is behind;
-    # `judged`: the batch's size when Batch._follow last weighed following it
+    # `followed` where that model reads this request's text beside the
+    # target (Batch._follow), `following` while it is behind; `judged`: the
+    # batch's size when Batch._follow last weighed following it
     drafter: object = None
-    follower: object = None
+    followed: bool = False
     following: bool = False
     judged: int = 0
 
@@ -392,9 +392,9 @@ class Batch:
         parts, model, n = [], None, 0
         for s in streams:
             dm = s.drafter
-            if dm is None or (s.follower is not None and not s.following):
+            if dm is None or (s.followed and not s.following):
                 continue  # no draft model, or one caught up: a step prices its few tokens' catch-up
-            if s.follower is None and s.judged == len(streams):
+            if not s.followed and s.judged == len(streams):
                 continue  # not worth following at this batch's size
             m = dm.model
             text = s.gen.prompt if s.reading else s.context
@@ -403,9 +403,8 @@ class Batch:
             have = common_prefix(m.tokens, text[:held])
             if s.judged != len(streams):
                 s.judged = len(streams)
-                pays = self._follow_pays(s, dm, len(text) - 1 - have, streams)
-                s.follower, s.following = (m, True) if pays else (None, False)
-                if not pays:
+                s.followed = s.following = self._follow_pays(s, dm, len(text) - 1 - have, streams)
+                if not s.followed:
                     continue
             if not s.reading and held - have <= 2:
                 s.following = False
@@ -457,7 +456,7 @@ class Batch:
                 k = 0  # an editor's prompt, its longest round: the others' drafts' rows would lengthen it
             t0 = time.perf_counter()
             cands = g.proposer.candidates(g.context) if k > 0 else []
-            if s.following or (len(running) > 1 and s.follower is None):
+            if s.following or (len(running) > 1 and not s.followed):
                 # a draft model still reading the prompt beside the target (_follow), or
                 # one that would read all of it now (every request in the batch would
                 # wait), does not draft here; one that followed it prices its few
