@@ -266,6 +266,8 @@ class Batch:
         """This round's prompt chunks: at most `chunk` tokens while others
         run (their tokens wait for the batch), as many as a batch holds
         while none does."""
+        if not any(s.reading for s in self.streams):
+            return []  # most rounds: the rest is a limit() a request and the editors' slack, for nothing
         budget = self.chunk if any(not s.reading for s in self.streams) else self.target.n_batch
         # an editor reads as much as the batch holds beside the others' rows
         # (editors come first in the streams): its latency comes first
