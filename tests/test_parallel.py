@@ -47,19 +47,25 @@ def _alone(pair, tokens, cfg):
     return Session(pair, tokens, ref, pair.new_proposer(name="none")).run()
 
 
+def _fresh_batch(pair, **kw):
+    """A Batch on `pair` (with Batch's keywords), every sequence emptied first."""
+    from spec_cli.run.batch import Batch
+
+    for seq in range(pair.target.n_seq):
+        pair.use(seq)
+        pair.reset()
+    return Batch(pair, **kw)
+
+
 def _cpu_like(pair, chunk=128, **profile):
     """A simulated clock of a CPU's shape, where every row costs half a
     token's time (a shared batch of four rows is 2.5 times one row), and a
     Batch on it with every sequence of `pair` emptied."""
-    from spec_cli.run.batch import Batch
     from spec_cli.run.clock import Clock
 
     clock = Clock.parametric("cpu-like", **{**dict(c1_ms=50, slope=0.5, knee=16, slope_after=0.5,
                                                    prefill_ms_per_token=10, draft_ratio=0.3), **profile})
-    for seq in range(pair.target.n_seq):
-        pair.use(seq)
-        pair.reset()
-    return clock, Batch(pair, clock=clock, chunk=chunk)
+    return clock, _fresh_batch(pair, clock=clock, chunk=chunk)
 
 
 @pytest.mark.parametrize("temp", [0.0, 0.8])
@@ -69,7 +75,6 @@ def test_requests_in_one_batch_each_get_the_text_alone_gets(pair, temp):
     batching), one more when one leaves: each request's tokens are the
     target alone's for its seed, or part from them at a near-tie."""
     from spec_cli.core.sampling import SamplingConfig
-    from spec_cli.run.batch import Batch
     from spec_cli.run.bench import NEAR_TIE, Run, divergence
     from spec_cli.run.engine import GenConfig, Generation
 
@@ -78,11 +83,7 @@ def test_requests_in_one_batch_each_get_the_text_alone_gets(pair, temp):
     cfgs = [GenConfig(sampling=SamplingConfig(temperature=temp), max_tokens=40, seed=100 + i, adaptive=False,
                       draft_max=4) for i in range(len(prompts))]
     refs = [_alone(pair, t, c) for t, c in zip(prompts, cfgs)]
-    for seq in range(pair.target.n_seq):
-        pair.use(seq)
-        pair.reset()
-
-    batch = Batch(pair)
+    batch = _fresh_batch(pair)
     out, pending, free = {}, list(range(len(prompts))), list(range(pair.target.n_seq))
     widest = drafted_together = 0
     rounds = 0
@@ -111,15 +112,11 @@ def test_fixed_length_drafts_are_drafted_in_shared_rounds_on_a_priced_clock(pair
     """A fixed draft length (--fixed, bench's draft@K: no policy) is what was
     asked for: the batch's plan trimming (policy.trim_drafts, for drafts a
     policy chose) leaves it as it is, where rounds have a price."""
-    from spec_cli.run.batch import Batch
     from spec_cli.run.clock import load_clock
     from spec_cli.run.engine import GenConfig, Generation
 
     clock = load_clock("gpu-70b")
-    for seq in range(pair.target.n_seq):
-        pair.use(seq)
-        pair.reset()
-    batch = Batch(pair, clock=clock)
+    batch = _fresh_batch(pair, clock=clock)
     text = "one two three four five six seven eight nine ten " * 6
     for seq in range(3):
         tokens = pair.target.vocab.tokenize(text, add_special=True, parse_special=False)
@@ -140,15 +137,11 @@ def test_a_draft_model_reads_new_prompts_beside_the_target_and_drafts_in_shared_
     draft model reads them beside the target (Batch._follow), so each drafts
     with it from its first round, not only once it runs alone (a catch-up
     every request would wait for is not made in a shared round)."""
-    from spec_cli.run.batch import Batch
     from spec_cli.run.clock import load_clock
     from spec_cli.run.engine import GenConfig, Generation
 
     clock = load_clock("gpu-70b")
-    for seq in range(pair.target.n_seq):
-        pair.use(seq)
-        pair.reset()
-    batch = Batch(pair, clock=clock, chunk=8)  # prompts of 9-16 tokens: two rounds of reading
+    batch = _fresh_batch(pair, clock=clock, chunk=8)  # prompts of 9-16 tokens: two rounds of reading
     for seq, text in enumerate(PROMPTS[:3]):
         tokens = pair.target.vocab.tokenize(text * 2, add_special=True, parse_special=False)
         cfg = GenConfig(max_tokens=12, seed=seq, adaptive=False, draft_max=2, clock=clock)
@@ -198,15 +191,11 @@ def test_a_drafting_request_is_not_charged_the_seconds_of_a_prompt_read_beside_i
     is its own rows' share, about a step alone, not the chunk's seconds
     (which made the safeguard stop drafting for good in a burst)."""
     from spec_cli.core.source import Source
-    from spec_cli.run.batch import Batch
     from spec_cli.run.clock import load_clock
     from spec_cli.run.engine import GenConfig, Generation
 
     clock = load_clock("gpu-70b")
-    for seq in range(pair.target.n_seq):
-        pair.use(seq)
-        pair.reset()
-    batch = Batch(pair, clock=clock)
+    batch = _fresh_batch(pair, clock=clock)
     vocab = pair.target.vocab
     first = batch.add(0, Generation(pair.target, pair.new_proposer(name="draft", clock=clock),
                                     vocab.tokenize(PROMPTS[0], add_special=True, parse_special=False),
@@ -306,17 +295,13 @@ def test_a_request_that_ends_first_leaves_no_gap_the_others_keep_their_text(pair
     sequence 2 moves into the gap (its caches copied), and every request
     still gets the text it gets alone (greedy)."""
     from spec_cli.core.policy import passes
-    from spec_cli.run.batch import Batch
     from spec_cli.run.engine import GenConfig, Generation
 
     vocab = pair.target.vocab
     prompts = [vocab.tokenize(p, add_special=True, parse_special=False) for p in PROMPTS[:3]]
     lengths = [40, 4, 40]
     refs = [_alone(pair, t, GenConfig(max_tokens=n, seed=1)).tokens for t, n in zip(prompts, lengths)]
-    for seq in range(pair.target.n_seq):
-        pair.use(seq)
-        pair.reset()
-    batch = Batch(pair)
+    batch = _fresh_batch(pair)
     out = {batch.add(seq, Generation(pair.target, pair.new_proposer(), t, GenConfig(max_tokens=n, seed=1))): []
            for seq, (t, n) in enumerate(zip(prompts, lengths))}
     moved = []
