@@ -15,7 +15,8 @@ from ..run.config import PairConfig
 from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, MinP, PMin, ProposerName, Quiet, Rule, Seed,
                      Target, Temp, Threads, TopK, TopP, print_coloured, run_session, stdout_write,
-                     placement, Rpc, TensorSplit)
+                     placement, Rpc, TensorSplit, Grammar, JsonObject, JsonSchema, compile_constraint,
+                     constraint_spec)
 
 CHAT_HELP = "/reset  /stats  /save FILE  /exit  -- Ctrl-C stops a reply, Ctrl-D exits"
 
@@ -29,7 +30,8 @@ def chat(
     ctx: Ctx = 4096, threads: Threads = 0,
     rpc: Rpc = None, tensor_split: TensorSplit = None,
     gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
-    deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
+    deterministic: Deterministic = False, rule: Rule = "gumbel",
+    json_schema: JsonSchema = None, grammar: Grammar = None, json_object: JsonObject = False, quiet: Quiet = False,
 ) -> None:
     """Chat in the model's own chat template.  Each turn evaluates only its
     new tokens: the target's and the draft's KV caches are reused.
@@ -39,17 +41,26 @@ def chat(
       spec-cli chat
       spec-cli chat -t llama-3.3-70b -d llama-3.2-1b --gpu-layers -1
       spec-cli chat --system "Answer in one sentence." --temp 0.7
+      spec-cli chat --json-object      # every reply a JSON object
     """
+    import dataclasses
+
     from ..core.stats import Stats
     from ..run.engine import GenConfig
     from ..term import render
 
+    spec = constraint_spec(json_schema, grammar, json_object)
     gen = GenConfig(sampling=sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
                     adaptive=not fixed_draft, seed=seed_or_new(seed), rule=rule)
     pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
                            **placement(rpc, tensor_split),
                            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min,
                            deterministic=deterministic), quiet=quiet, rule=rule)
+    try:
+        gen = dataclasses.replace(gen, grammar=compile_constraint(pair, spec))  # every reply starts it afresh
+    except BaseException:
+        pair.close()
+        raise
     interactive = render.is_tty(sys.stdin)
     if interactive:
         _setup_history()

@@ -59,6 +59,13 @@ Rule = Annotated[str, typer.Option(
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr but errors.")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of streaming text.")]
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens to generate.")]
+JsonSchema = Annotated[Optional[Path], typer.Option(
+    "--json-schema", metavar="FILE", help="Constrain the output to this JSON schema (every token the target's "
+                                          "choice among those the schema allows).")]
+Grammar = Annotated[Optional[Path], typer.Option(
+    "--grammar", metavar="FILE", help="Constrain the output to this grammar (llama.cpp's GBNF, or Lark).")]
+JsonObject = Annotated[bool, typer.Option("--json-object", help="Constrain the output to a JSON object "
+                                                                "(any keys; --json-schema to name them).")]
 Rpc = Annotated[Optional[str], typer.Option(
     "--rpc", envvar="SPEC_CLI_RPC", show_envvar=True, metavar="HOST:PORT,...",
     help="Spread the target's layers over llama.cpp RPC servers (spec-cli rpc-server on each machine); "
@@ -109,6 +116,33 @@ def load(cfg: PairConfig, *, quiet: bool, rule: str = "gumbel"):
     for line in pair.notes if not quiet else ():
         render.note(line)
     return pair
+
+
+def constraint_spec(json_schema: Path | None, grammar: Path | None, json_object: bool):
+    """--json-schema, --grammar and --json-object as one core.constraint.Spec
+    (or None), read and checked before anything loads."""
+    from ..core.constraint import Spec
+
+    given = [name for name, v in (("--json-schema", json_schema), ("--grammar", grammar),
+                                  ("--json-object", json_object)) if v]
+    if len(given) > 1:
+        raise SpecError(f"give one constraint, not {' and '.join(given)}")
+    if json_schema is not None:
+        return Spec.json_schema(read_file(json_schema, what="JSON schema"), f"--json-schema {json_schema}")
+    if grammar is not None:
+        kind = "lark" if grammar.suffix == ".lark" else "gbnf"
+        return Spec(kind, read_file(grammar, what="grammar"), f"--grammar {grammar}")
+    return Spec("json_object", "", "--json-object") if json_object else None
+
+
+def compile_constraint(pair, spec):
+    """`spec` compiled against the loaded target's vocabulary (None: none)."""
+    if spec is None:
+        return None
+    from ..core.constraint import compile_spec
+
+    t = pair.target
+    return compile_spec(spec, t.vocab.grammar_tokenizer(), t.n_vocab)
 
 
 def sampling(temp: float, top_k: int = DEFAULT_TOP_K, top_p: float = DEFAULT_TOP_P,

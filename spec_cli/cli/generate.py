@@ -16,7 +16,8 @@ from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling
                      GpuLayers, Json, MaxTokens, MinP, PMin, ProposerName, Quiet, Rule,
                      Seed, Target, Temp, Threads, TopK, TopP, print_coloured, read_file, read_stdin, run_session,
                      stdout_write,
-                     placement, Rpc, TensorSplit)
+                     placement, Rpc, TensorSplit, Grammar, JsonObject, JsonSchema, compile_constraint,
+                     constraint_spec)
 
 
 def generate(
@@ -35,6 +36,7 @@ def generate(
     stop: Annotated[List[str], typer.Option("--stop", help="Stop at this string (repeatable).")] = [],
     system: Annotated[Optional[str], typer.Option("--system", help="System message (chat template only).")] = None,
     raw: Annotated[bool, typer.Option("--raw", help="No chat template: continue the prompt text as is.")] = False,
+    json_schema: JsonSchema = None, grammar: Grammar = None, json_object: JsonObject = False,
     quiet: Quiet = False, as_json: Json = False,
 ) -> None:
     """Generate text after a prompt, speculatively: a chat turn by default,
@@ -45,6 +47,7 @@ def generate(
       spec-cli generate "Write a Python function that checks for primes."
       spec-cli generate --raw --temp 0.8 --seed 1 -n 200 "Once upon a time"
       spec-cli generate -f outline.md -o draft.md -n 2000
+      spec-cli generate --json-schema person.json "A person called Ada, born 1815."
     """
     from ..run.engine import GenConfig
     from ..run.runner import prompt_tokens
@@ -55,6 +58,7 @@ def generate(
     text = read_file(file) if file is not None else prompt if prompt is not None else read_stdin()
     out_file = AtomicOutput(output, force) if output is not None else None  # refuse before loading
     seed = seed_or_new(seed)
+    spec = constraint_spec(json_schema, grammar, json_object)
     gen = GenConfig(sampling=sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
                     adaptive=not fixed_draft, stop=tuple(stop), seed=seed, rule=rule)
     pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
@@ -62,6 +66,7 @@ def generate(
                            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, p_min=p_min,
                            deterministic=deterministic), quiet=quiet or as_json, rule=rule)
     try:
+        gen = dataclasses.replace(gen, grammar=compile_constraint(pair, spec))
         display = Display.decide(quiet=quiet, as_json=as_json)
         coloured_at_end = out_file is None and display.stdout_tty
         sink = out_file.write if out_file else None if (as_json or coloured_at_end) else stdout_write

@@ -19,6 +19,7 @@ class Stats:
     prefill_s: float = 0.0
     host_s: float = 0.0          # of draft_s + verify_s, outside llama.cpp's decode calls
     host_draft_s: float = 0.0    # of host_s, while drafting
+    mask_s: float = 0.0          # of host_s, a constraint's masks and checks (core/constraint.py)
     prefill_tokens: int = 0
     wall_s: float = 0.0          # from the request to the last token, prompt included
     ttft_s: float = 0.0          # from the request to the first token
@@ -33,7 +34,7 @@ class Stats:
     def merge(self, other: "Stats") -> None:
         """Add another run's numbers (a chat's turns)."""
         for name in ("steps", "drafting_steps", "tokens", "drafted", "accepted", "draft_s", "verify_s",
-                     "prefill_s", "host_s", "host_draft_s", "prefill_tokens", "wall_s"):
+                     "prefill_s", "host_s", "host_draft_s", "mask_s", "prefill_tokens", "wall_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for i, (n, a) in enumerate(other.per_position):
             if i == len(self.per_position):
@@ -54,7 +55,7 @@ class Stats:
 
     def add(self, *, n_tokens: int, drafted: int, accepted: int,
             draft_s: float, verify_s: float, source: str = "none", host_s: float = 0.0,
-            host_draft_s: float = 0.0) -> None:
+            host_draft_s: float = 0.0, mask_s: float = 0.0) -> None:
         self.steps += 1
         self.drafting_steps += drafted > 0
         self.tokens += n_tokens
@@ -64,6 +65,7 @@ class Stats:
         self.verify_s += verify_s
         self.host_s += host_s
         self.host_draft_s += host_draft_s
+        self.mask_s += mask_s
         while len(self.per_position) < drafted:
             self.per_position.append([0, 0])
         for i in range(drafted):
@@ -108,6 +110,11 @@ class Stats:
         calls, the lookup's search)."""
         return self.host_draft_s / self.drafted * 1e3 if self.drafted else 0.0
 
+    @property
+    def mask_ms_per_token(self) -> float:
+        """Host milliseconds a constraint's masks and checks took per token."""
+        return self.mask_s / self.tokens * 1e3 if self.tokens else 0.0
+
     def source_rates(self) -> dict[str, dict]:
         """Per origin: steps, drafted, acceptance, mean accepted per step."""
         return {o: {"steps": st, "drafted": d, "accepted": a, "acceptance": round(a / d, 4) if d else 0.0,
@@ -136,6 +143,7 @@ class Stats:
             "host_s": round(self.host_s, 4),
             "host_ms_per_step": round(self.host_ms_per_step, 4),
             "host_ms_per_drafted": round(self.host_ms_per_drafted, 4),
+            "mask_ms_per_token": round(self.mask_ms_per_token, 4),
             "wall_s": round(self.wall_s, 4),
             "ttft_s": round(self.ttft_s, 4),
         }

@@ -8,11 +8,14 @@ template, and whether one model's vocabulary can draft for another's.
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Sequence
 
 from ..errors import SpecError
 from ..core.chat import MARK, content_spans
 from .lib import llama_cpp
+
+_grammar_lock = threading.Lock()  # a server's request threads may ask for the grammar tokenizer at once
 
 
 
@@ -37,6 +40,7 @@ class Vocab:
         self._vocab = llama_cpp.llama_model_get_vocab(model_ptr)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._piece = ctypes.create_string_buffer(256)
+        self._grammar_tok = None  # grammar_tokenizer's, made on first use
 
     # -- tokens ------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -63,6 +67,20 @@ class Vocab:
 
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    @property
+    def handle(self):
+        """llama.cpp's vocabulary pointer (llama/grammar.py builds llguidance's tokenizer from it)."""
+        return self._vocab
+
+    def grammar_tokenizer(self):
+        """This vocabulary as llguidance's tokenizer, for constraints (built once: llama/grammar.py)."""
+        from .grammar import tokenizer
+
+        with _grammar_lock:
+            if self._grammar_tok is None:
+                self._grammar_tok = tokenizer(self)
+        return self._grammar_tok
 
     @property
     def bos(self) -> int:

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 
 from ..core.policy import ALONE, Load, expected_tokens, passes, pooled_s, trim_drafts
 from ..core.tokens import common_prefix
-from .engine import Generation, Round, Step, keep_going, step as one_step
+from .engine import Generation, Round, Step, keep_going, legal_draft, step as one_step
 from .proposers.base import EMPTY, Proposal
 from .proposers.draft import DraftModel, ModelDrafts
 
@@ -573,7 +573,7 @@ class Batch:
 
     def _drafted(self, s: Stream, k: int, seconds: float, decoded: float) -> None:
         """`s`'s draft is in: its tokens, and what it cost."""
-        s.draft = s.prop.tokens[:k]
+        s.draft = legal_draft(s.gen.pick, s.prop.tokens[:k], s.prop)
         s.draft_s += seconds
         s.host_draft_s = max(s.draft_s - decoded, 0.0)
         s.steady_s = s.draft_s if s.prop.steady_s is None else s.prop.steady_s

@@ -54,6 +54,10 @@ class GenConfig:
     rule: str = "gumbel"
     margins: bool = False  # record each decision's top-1 minus top-2 margin (bench)
     clock: object = None   # a simulated clock (clock.Clock): it prices the steps, not the wall
+    # a compiled constraint (core.constraint.Grammar): each token is the target's
+    # choice from its row masked by it, drafts are cut where it refuses a token,
+    # and the tokens it forces are free drafts (proposers.grammar)
+    grammar: object = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class Step:
     stop_type: str | None = None
     pieces: tuple[str, ...] = ()
     aside_s: float = 0.0   # spent on `margins` (bench's bookkeeping, not generation): no clock counts it
+    mask_s: float = 0.0    # of host_s, the constraint's masks and checks (GenConfig.grammar)
 
 
 @dataclass
@@ -124,6 +129,14 @@ class Round:
     host_draft_s: float = 0.0
 
 
+def legal_draft(pick, draft: list[int], prop: Proposal) -> list[int]:
+    """`draft` as far as the rule's constraint admits it (all of it where
+    there is none): a token it refuses cannot be accepted, so what follows
+    it would be verify rows for nothing (pick.legal says how much to keep)."""
+    legal = getattr(pick, "legal", None)
+    return draft if legal is None or not draft else draft[:legal(draft, prop)]
+
+
 def keep_going(policy: Policy | None, cand) -> Callable | None:
     """The proposer's keep_going for candidate `cand`: one more token while
     the policy says it pays (a hybrid's extension names its own source)."""
@@ -141,7 +154,7 @@ def step(target: Model, proposer: Proposer, policy: Policy | None, context: list
     cand, k = policy.choose(cands, k) if policy else (cands[0] if cands else None, k)  # the policy decides,
     prop = (proposer.draft(context, cand, min(k, cand.limit), keep_going(policy, cand))
             if cand and k > 0 else EMPTY)
-    draft = prop.tokens[:k]                                                     # and the proposer drafts
+    draft = legal_draft(pick, prop.tokens[:k], prop)                            # and the proposer drafts
     t1, d1 = time.perf_counter(), timer.seconds
     alone = getattr(pick, "alone", None)
     if not draft and alone is not None:  # the target alone: its row read and its token chosen in one call
@@ -169,7 +182,7 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
     g = Generation(target, proposer, prompt, cfg)
     g.read_prompt()
     while True:
-        r = step(target, proposer, g.policy, g.context, g.limit(), g.pick, cfg.clock)
+        r = step(target, g.proposer, g.policy, g.context, g.limit(), g.pick, cfg.clock)
         s = g.settle(r)
         yield s
         if s.finish_reason is not None:
@@ -189,9 +202,16 @@ class Generation:
         self.target, self.proposer, self.cfg, self.prompt = target, proposer, cfg, prompt
         seed = cfg.seed if cfg.seed is not None else int(np.random.SeedSequence().entropy % (1 << 31))
         self.decoding = decoding = Decoding(cfg.sampling, seed, cfg.rule)  # one state for the rule and the proposer
+        # with a constraint, the rule masks whole rows (a top-k of candidates
+        # taken before the mask may hold no legal token), and its forced tokens draft
+        self.constraint = cfg.grammar.start() if cfg.grammar is not None else None
+        if self.constraint is not None and getattr(proposer, "name", "none") != "none":
+            from .proposers.grammar import GrammarDrafts
+
+            self.proposer = proposer = GrammarDrafts(proposer, self.constraint)
         # with top-k, llama.cpp's sampler leaves each verify row's candidates
-        # only, unless bench's margins or the residual rule read whole rows
-        self.candidates_k = decoding.candidates_k if not cfg.margins else None
+        # only, unless bench's margins, the residual rule or a constraint read whole rows
+        self.candidates_k = decoding.candidates_k if not cfg.margins and self.constraint is None else None
         self.prefill = (0, 0.0)  # prompt tokens evaluated, and the seconds: the first Step carries them
         # --deterministic: keep target batches where their logits are bitwise one-token logits
         draft_max = cfg.draft_max
@@ -200,7 +220,9 @@ class Generation:
         self.draft_max = draft_max
         self.policy = _policy(target, proposer, draft_max, cfg.clock) if cfg.adaptive and draft_max > 0 else None
         self.out = _Output(target, cfg)
-        self.pick = _rule(decoding, self.out)
+        self.pick = _rule(decoding, self.out) if self.constraint is None else _masked_rule(
+            decoding, self.out, self.constraint)
+        self._mask_s = 0.0  # the constraint's seconds at the last settle
         self.context = prompt
 
     def read_prompt(self) -> None:
@@ -238,6 +260,9 @@ class Generation:
                             for i in range(r.accepted + 1))
             aside_s = time.perf_counter() - t_aside
         a = out.add([*r.draft[:r.accepted], r.token], r.accepted, len(self.context), margins)
+        mask_s = 0.0
+        if self.constraint is not None:
+            mask_s, self._mask_s = self.constraint.seconds - self._mask_s, self.constraint.seconds
         self.context = self.context + a.tokens
         prefill, self.prefill = self.prefill, (0, 0.0)
         return Step(tokens=tuple(a.tokens), from_draft=tuple(a.origin), text=a.text, segments=a.segments,
@@ -245,7 +270,7 @@ class Generation:
                     verify_s=r.verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
                     finish_reason=a.finish, margins=a.margins, source=r.source if r.draft else "none",
                     host_s=r.host_s, host_draft_s=r.host_draft_s, stop_type=out.stop_type, pieces=a.pieces,
-                    aside_s=aside_s)
+                    aside_s=aside_s, mask_s=mask_s)
 
 
 def _check_prompt(target: Model, prompt: list[int], cfg: GenConfig) -> None:
@@ -283,6 +308,48 @@ def _rule(decoding: Decoding, out: "_Output"):
         def pick(logits, draft, prop):
             p = None if prop.probs is None else prop.probs[:len(draft)]
             return verify(draft, p, to_probs(logits, sampling), rng)
+    return pick
+
+
+def _masked_rule(decoding: Decoding, out: "_Output", constraint):
+    """The rule under a constraint (core/constraint.py): row i is masked by
+    the constraint's state after the draft's first i tokens, and the rule
+    runs on the masked rows -- the coupled rule reads them one at a time, up
+    to the first mismatch, so each row's mask is computed only once it is
+    read, with the constraint advanced over the draft token accepted before
+    it; the residual rule masks every row first.  The constraint ends at the
+    tokens emitted.  No fast path reads a row unmasked: there is no
+    pick.alone, and the rows are whole (Generation.candidates_k)."""
+    sampling, seed = decoding.sampling, decoding.seed
+    if sampling.greedy or decoding.rule == "gumbel":
+        def pick(logits, draft, prop):
+            def choice(i):
+                if i:
+                    constraint.advance(draft[i - 1:i])  # draft[i-1] was the choice at row i-1
+                return constraint.choose(logits[i], lambda row: choose(row, sampling, seed, out.produced + i).token,
+                                         greedy=sampling.greedy)
+            n, token = verify_choices(draft, choice)
+            constraint.advance([token])
+            return n, token
+    else:
+        rng = np.random.default_rng(seed)
+
+        def pick(logits, draft, prop):
+            p = None if prop.probs is None else prop.probs[:len(draft)]
+            n, token = verify(draft, p, to_probs(constraint.rows_along(logits, draft), sampling), rng)
+            constraint.advance([*draft[:n], token])
+            return n, token
+
+        def legal(draft, prop):
+            # a sampled draft keeps its first refused token: the rule rejects it (the
+            # target gives it no mass) and draws from the residual there, which an
+            # exact correction needs (drawn from the masked row instead, the tokens
+            # that follow a refused draft token would not be the target's)
+            n = constraint.legal(draft)
+            return n if prop.probs is None or n == len(draft) else n + 1
+        pick.legal = legal
+        return pick
+    pick.legal = lambda draft, prop: constraint.legal(draft)
     return pick
 
 

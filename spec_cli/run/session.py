@@ -75,7 +75,7 @@ class Session:
         stats = self.stats
         stats.add(n_tokens=len(step.tokens), drafted=step.drafted, accepted=step.accepted,
                   draft_s=step.draft_s, verify_s=step.verify_s, source=step.source,
-                  host_s=step.host_s, host_draft_s=step.host_draft_s)
+                  host_s=step.host_s, host_draft_s=step.host_draft_s, mask_s=step.mask_s)
         stats.prefill_s += step.prefill_s
         stats.prefill_tokens += step.prefill_tokens
         self._t0 += step.aside_s

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.constraint import ConstraintError, Spec
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingConfig
 from ..core.stats import Stats
 
@@ -68,6 +69,11 @@ class Request:
     stop: tuple[str, ...] = ()
     stream: bool = False
     include_usage: bool = False
+    # structured output: what the request's response_format, grammar or
+    # json_schema asked for (checked, not compiled), and once the server has
+    # compiled it against the model's vocabulary, the Grammar
+    constraint: Spec | None = None
+    grammar: object = None
 
 
 # -- field checks -------------------------------------------------------------
@@ -151,6 +157,65 @@ def _sampling(body: dict, req: Request, *, temperature: float) -> None:
         req.include_usage = _bool(options, "include_usage", False)
 
 
+def _constraint(body: dict) -> Spec | None:
+    """The request's structured output, from OpenAI's `response_format`
+    ({"type": "text" | "json_object" | "json_schema"}, `json_schema.schema`,
+    `strict` taken as given: the schema is always enforced) or
+    llama-server's `grammar` (GBNF) and `json_schema` fields, and its
+    `response_format: {"type": "json_object", "schema": ...}`.  At most
+    one may constrain."""
+    found: list[Spec] = []
+    try:
+        fmt = body.get("response_format")
+        if fmt is not None:
+            spec = _response_format(fmt)
+            if spec is not None:
+                found.append(spec)
+        grammar = body.get("grammar")
+        if grammar is not None and grammar != "":
+            if not isinstance(grammar, str):
+                raise bad("grammar", "must be a GBNF grammar as a string")
+            found.append(Spec("gbnf", grammar, "grammar"))
+        schema = body.get("json_schema")
+        if schema is not None:
+            if not isinstance(schema, dict):
+                raise bad("json_schema", "must be a JSON schema object")
+            found.append(Spec.json_schema(schema, "json_schema"))
+    except ConstraintError as e:
+        raise ApiError(400, e.message, param=e.where) from None
+    if len(found) > 1:
+        raise ApiError(400, "give one constraint: " + ", ".join(f"'{s.where}'" for s in found)
+                       + " were all set", param=found[1].where)
+    return found[0] if found else None
+
+
+def _response_format(fmt) -> Spec | None:
+    where = "response_format"
+    if not isinstance(fmt, dict):
+        raise bad(where, "must be an object such as {\"type\": \"json_object\"}")
+    kind = fmt.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        schema = fmt.get("schema")
+        if schema is None:
+            return Spec("json_object", "", f"{where}.type")
+        if not isinstance(schema, dict):
+            raise bad(f"{where}.schema", "must be a JSON schema object")
+        return Spec.json_schema(schema, f"{where}.schema")
+    if kind == "json_schema":
+        inner = fmt.get("json_schema")
+        if not isinstance(inner, dict):
+            raise bad(f"{where}.json_schema", "must be an object with 'name' and 'schema'")
+        schema = inner.get("schema")
+        if not isinstance(schema, dict):
+            raise bad(f"{where}.json_schema.schema", "must be a JSON schema object")
+        if inner.get("strict") is not None and not isinstance(inner.get("strict"), bool):
+            raise bad(f"{where}.json_schema.strict", "must be true or false")
+        return Spec.json_schema(schema, f"{where}.json_schema.schema")
+    raise bad(f"{where}.type", f"must be text, json_object or json_schema, not {kind!r}")
+
+
 def _max_tokens(body: dict, *names: str) -> int | None:
     for name in names:
         value = _number(body, name, None, integer=True)
@@ -187,6 +252,7 @@ def parse_chat(body: Any) -> Request:
     req = Request("chat", messages=out, max_tokens=_max_tokens(body, "max_completion_tokens", "max_tokens",
                                                                              "n_predict"))
     _sampling(body, req, temperature=1.0)
+    req.constraint = _constraint(body)
     return req
 
 
@@ -221,6 +287,7 @@ def parse_completion(body: Any) -> Request:
     if req.max_tokens is None:
         req.max_tokens = 16  # OpenAI's default for completions
     _sampling(body, req, temperature=1.0)
+    req.constraint = _constraint(body)
     return req
 
 
@@ -280,7 +347,7 @@ def speculation(stats: Stats, proposer: str, seed: int) -> dict:
             "steps": stats.steps, "seed": seed,
             "per_position": [round(r, 4) for r in stats.position_rates()], "by_source": stats.source_rates(),
             "draft_ms": round(stats.draft_s * 1000, 3), "verify_ms": round(stats.verify_s * 1000, 3),
-            "tokens_per_s": round(stats.tokens_per_s, 3)}
+            "tokens_per_s": round(stats.tokens_per_s, 3), "mask_ms": round(stats.mask_s * 1000, 3)}
 
 
 def timings(stats: Stats, n_cached: int) -> dict:

@@ -25,6 +25,7 @@ from .access import READ_S
 from .api import ApiError, Reply, Request, internal, parse_chat, parse_completion, parse_infill
 from .worker import Job, Worker
 
+COMPILE_S = 10.0    # seconds a request's schema or grammar may take to compile
 MAX_BODY = 8 << 20  # bytes; llama.vim's extra context is ~100 kB
 BODY_S = 60.0       # seconds a client has to send the whole body (at most `read_s` between two pieces)
 
@@ -59,6 +60,7 @@ class _Routes:
 
     def __init__(self, worker: Worker, key: bytes | None, max_body: int, read_s: float):
         self.worker, self.key, self.max_body, self.read_s = worker, key, max_body, read_s
+        self._compiling = asyncio.Semaphore(1)  # constraints compile one at a time, beside the rounds
 
     def guard(self, request: HttpRequest) -> None:
         if self.key is None:
@@ -102,8 +104,25 @@ class _Routes:
             except ClientDisconnect:
                 log.info("a client left while sending its request body")
                 return Response(status_code=499)
-            return await self.serve(request, Job(parse(body), asyncio.get_running_loop()))
+            req = parse(body)
+            if req.constraint is not None:
+                req.grammar = await self.compile(req.constraint)
+            return await self.serve(request, Job(req, asyncio.get_running_loop()))
         return handle
+
+    async def compile(self, spec):
+        """A request's constraint compiled in a thread of its own, one at a
+        time, within COMPILE_S; a 400 naming the field where it cannot be."""
+        from ..core.constraint import ConstraintError
+
+        async with self._compiling:
+            try:
+                return await asyncio.wait_for(asyncio.to_thread(self.worker.compile, spec), COMPILE_S)
+            except ConstraintError as e:
+                raise ApiError(400, e.message, param=e.where) from None
+            except asyncio.TimeoutError:
+                raise ApiError(400, f"'{spec.where}' took over {COMPILE_S:g} s to compile: simplify it",
+                               param=spec.where) from None
 
     async def serve(self, request: HttpRequest, job: Job) -> Response:
         """Queue `job`, then stream its events or answer once it is done."""

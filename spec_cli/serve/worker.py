@@ -195,6 +195,15 @@ class Worker:
                                 f"retry in about {retry} s",
                            kind="unavailable_error", headers={"Retry-After": str(retry)})
 
+    def compile(self, spec):
+        """`spec` (core.constraint.Spec) compiled against the target's
+        vocabulary: called from a request's own thread, beside the rounds
+        (llguidance drops the GIL while it compiles, and its limits bound it)."""
+        from ..core.constraint import compile_spec
+
+        t = self.pair.target
+        return compile_spec(spec, t.vocab.grammar_tokenizer(), t.n_vocab)
+
     def submit(self, job: Job) -> None:
         with self._cv:
             self._check_room()
@@ -311,7 +320,8 @@ class Worker:
             self.served += 1
             return
         gen = GenConfig(sampling=sampling, max_tokens=req.max_tokens or n_ctx, draft_max=self.cfg.draft_max,
-                        stop=req.stop, seed=seed, adaptive=self.cfg.adaptive, rule=self.cfg.rule)
+                        stop=req.stop, seed=seed, adaptive=self.cfg.adaptive, rule=self.cfg.rule,
+                        grammar=req.grammar)
         stops = (EditorStops(n_indent=req.n_indent, suffix=req.input_suffix, t_max_predict_ms=req.t_max_predict_ms)
                  if req.kind == "infill" else None)
         proposer = pair.new_proposer(store=self.store)

@@ -1,0 +1,63 @@
+"""Tokens a constraint forces, as free drafts ("grammar").
+
+Where a JSON schema or grammar admits a single continuation (a key name,
+`": "`, a closing brace) its tokens are known before the target runs:
+`GrammarDrafts` offers them as one more candidate beside the proposer it
+wraps, for the policy to weigh like any other (they cost no drafting and
+are nearly always accepted: the target picks among the masked row's legal
+tokens, and a forced text can sometimes be tokenized two ways).  What the
+wrapped proposer drafts is cut where the constraint refuses a token by the
+engine (engine.step, run/batch.py), before it costs a verify row.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ...core.config import Decoding
+from ...core.source import Source
+from .base import Candidate, Proposal
+
+GRAMMAR = Source("grammar")
+PRIOR = 0.95  # a forced token's acceptance before any is seen
+
+
+class GrammarDrafts:
+    """`inner`'s candidates, and the constraint's forced tokens first."""
+
+    def __init__(self, inner, constraint):
+        self.inner, self.constraint = inner, constraint
+        self.name = inner.name
+
+    @property
+    def cost_prior(self) -> dict[str, float]:
+        return {**self.inner.cost_prior, GRAMMAR: 0.0}
+
+    def acceptance_prior(self, source: str, n: int) -> list[float]:
+        if source == GRAMMAR:
+            return [PRIOR] * n
+        return self.inner.acceptance_prior(source, n)
+
+    def prepare(self, prompt: Sequence[int], decoding: Decoding | None = None) -> None:
+        self.inner.prepare(prompt, decoding)
+
+    def candidates(self, context: Sequence[int]) -> list[Candidate]:
+        forced = self.constraint.forced()
+        inner = self.inner.candidates(context)
+        return ([Candidate(GRAMMAR, len(forced))] if forced else []) + inner
+
+    def draft(self, context, cand, k, keep_going=None) -> Proposal:
+        if cand.source == GRAMMAR:
+            return Proposal(self.constraint.forced()[:k], None, GRAMMAR)
+        return self.inner.draft(context, cand, k, keep_going)
+
+    @property
+    def draft_model(self):
+        """The wrapped proposer's draft model, or itself (run/batch.py's follower)."""
+        return getattr(self.inner, "draft_model", self.inner)
+
+    def __getattr__(self, name: str):
+        # the rest of the wrapped proposer's face (its draft model, batched, ...)
+        if name in ("inner", "constraint"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
