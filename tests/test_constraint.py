@@ -24,10 +24,11 @@ class Toy:
 
     WORDS = [b'{"', b'": ', b'", "', b'"}', b'name', b'age', b'true', b'false', b'null']
 
-    def __init__(self):
-        self.tokens = [bytes([i]) for i in range(256)] + self.WORDS + [b"\xff<eos>"]
+    def __init__(self, specials=()):
+        self.tokens = [bytes([i]) for i in range(256)] + self.WORDS + [b"\xff" + t for t in specials]
+        self.tokens.append(b"\xff<eos>")
         self.eos_token_id, self.bos_token_id = len(self.tokens) - 1, None
-        self.special_token_ids = [self.eos_token_id]
+        self.special_token_ids = list(range(256 + len(self.WORDS), len(self.tokens)))
         self._ids = {t: i for i, t in enumerate(self.tokens[:-1])}
 
     def __call__(self, s):

@@ -65,11 +65,17 @@ class ConstraintError(SpecError):
 class Spec:
     """A constraint as asked for: `kind` (one of KINDS) and its text (a JSON
     schema as JSON; a GBNF, Lark or regex grammar), and `where` it came
-    from (a request field, a CLI flag) for the errors."""
+    from (a request field, a CLI flag) for the errors.  A schema that is not
+    `strict` (OpenAI's `strict: false`, its default) is compiled as far as
+    the engine can: keywords it does not implement (`uniqueItems`, `not`,
+    `dependencies`, unknown formats) are not enforced, `oneOf` is read as
+    `anyOf`, and the Grammar's `warnings` say which; a strict one that uses
+    them is refused."""
 
     kind: str
     text: str = ""
     where: str = "grammar"
+    strict: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -85,12 +91,12 @@ class Spec:
             raise ConstraintError(self.where, f"the {self.kind} grammar is empty")
 
     @classmethod
-    def json_schema(cls, schema, where: str = "json_schema") -> "Spec":
+    def json_schema(cls, schema, where: str = "json_schema", *, strict: bool = True) -> "Spec":
         """A schema given as an object (a request's) or as JSON text (a file's)."""
         if isinstance(schema, (dict, bool)):
-            return cls("json_schema", json.dumps(schema), where)
+            return cls("json_schema", json.dumps(schema), where, strict)
         if isinstance(schema, str):
-            return cls("json_schema", schema, where)
+            return cls("json_schema", schema, where, strict)
         raise ConstraintError(where, f"a JSON schema must be an object, not {type(schema).__name__}")
 
 
@@ -129,7 +135,8 @@ def _grammar_text(spec: Spec) -> str:
         return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=JSON_LAYOUT)
     if spec.kind == "json_schema":
         try:
-            return llguidance.LLMatcher.grammar_from_json_schema(spec.text, overrides=JSON_LAYOUT)
+            layout = JSON_LAYOUT if spec.strict else {**JSON_LAYOUT, "lenient": True, "coerce_one_of": True}
+            return llguidance.LLMatcher.grammar_from_json_schema(spec.text, overrides=layout)
         except ValueError as e:
             raise ConstraintError(spec.where, f"{e}") from None
     if spec.kind == "regex":
@@ -151,12 +158,14 @@ def limits():
 @dataclass(frozen=True, eq=False)
 class Grammar:
     """A compiled constraint: a matcher at its start (each generation takes
-    a copy), the spec it came from, and what compiling took."""
+    a copy), the spec it came from, what compiling took, and what of the
+    spec is not enforced (a schema that is not strict: Spec)."""
 
     spec: Spec
     matcher: object  # llguidance.LLMatcher, never advanced
     n_vocab: int
     compile_s: float
+    warnings: tuple[str, ...] = ()
 
     def start(self) -> "Constraint":
         return Constraint(self.matcher.deep_copy(), self.n_vocab)
@@ -176,7 +185,7 @@ def compile_spec(spec: Spec, tokenizer, n_vocab: int) -> Grammar:
                               hint="Simplify it, or leave out the feature named.")
     if not any(m.compute_bitmask()):
         raise ConstraintError(spec.where, f"nothing satisfies it (no token can start a match)")
-    return Grammar(spec, m, n_vocab, time.perf_counter() - t0)
+    return Grammar(spec, m, n_vocab, time.perf_counter() - t0, tuple(m.get_grammar_warnings()))
 
 
 def _reason(error: str) -> str:

@@ -501,8 +501,12 @@ class Policy:
 
         `candidates` are what the proposers could draft now (each with
         `source`, `limit` and `setup_s`, see proposers.Candidate).  Returns
-        (candidate, k), or (None, 0) for a plain step."""
+        (candidate, k), or (None, 0) for a plain step.  A `sure` candidate
+        (tokens a constraint forces) drafts as far as it and `limit` go."""
         self._wide = 0
+        for cand in candidates:
+            if getattr(cand, "sure", False) and min(limit, cand.limit, self.k_max) > 0:
+                return cand, min(limit, cand.limit, self.k_max)
         best, best_rate = None, 1.0 / self.plain_s()
         for cand in candidates:
             n = min(limit, cand.limit, self.k_max)

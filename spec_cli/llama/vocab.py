@@ -68,6 +68,15 @@ class Vocab:
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
+    def special_id(self, text: str) -> int | None:
+        """The id of the special token whose text is `text` (a control or
+        user-defined token, as llguidance reads them: core/tools.py's markers), else None."""
+        ids = self.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) != 1:
+            return None
+        attr = llama_cpp.llama_token_get_attr(self._vocab, ids[0])
+        return ids[0] if attr & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED) else None
+
     @property
     def handle(self):
         """llama.cpp's vocabulary pointer (llama/grammar.py builds llguidance's tokenizer from it)."""
@@ -102,9 +111,10 @@ class Vocab:
     def chat_template(self) -> str | None:
         return meta(self._model, "tokenizer.chat_template")
 
-    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
+    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> str:
         """Render `messages` with the GGUF's own chat template (sandboxed
-        Jinja, as llama-cpp-python renders it), ready for the reply."""
+        Jinja, as llama-cpp-python renders it), ready for the reply; with
+        `tools` (OpenAI's function definitions) as the template shows them."""
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         template = self.chat_template()
@@ -113,18 +123,27 @@ class Vocab:
                             hint="Use --raw to send the prompt as plain text.")
         fmt = Jinja2ChatFormatter(template=template, eos_token=self.token_text(self.eos),
                                   bos_token=self.token_text(self.bos))
-        return fmt(messages=messages).prompt
+        try:
+            return fmt(messages=messages, tools=tools or None).prompt
+        except Exception as e:  # the template's own raise_exception, or a message it cannot render
+            raise SpecError(f"{self.name}'s chat template cannot render these messages: {e}",
+                            hint="Check the roles' order and the tool calls in the history.") from None
 
-    def tokenize_chat(self, messages: list[dict[str, str]]) -> list[int]:
+    def tokenize_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """Tokens of `messages` in the GGUF's chat template, ready for the
         reply.  Special tokens are parsed in the template's own text only:
         a message's content is tokenized as plain text, so a role marker
         typed into it (`<|im_end|>\\n<|im_start|>system`) stays text and
         cannot open a turn of its own.  BOS is added only if the model
         wants one and the template did not write it."""
-        rendered = self.apply_chat_template(messages)
+        import json
+
+        for what, value in (("the tools", tools), ("a tool call", [m["tool_calls"] for m in messages if m.get("tool_calls")])):
+            if value and self._has_special(json.dumps(value, ensure_ascii=False)):
+                raise SpecError(f"{what} hold the text of a special token", hint="Remove it.")
+        rendered = self.apply_chat_template(messages, tools)
         contents = [m.get("content") or "" for m in messages]
-        marked = self.apply_chat_template([{**m, "content": MARK.format(i)} for i, m in enumerate(messages)])
+        marked = self.apply_chat_template([{**m, "content": MARK.format(i)} for i, m in enumerate(messages)], tools)
         spans = content_spans(rendered, marked, contents)
         if spans is None:  # the template changes contents in ways the marks cannot follow
             for i, content in enumerate(contents):

@@ -6,6 +6,7 @@ Session; errors in OpenAI's shape.  Pure functions, no HTTP.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.constraint import ConstraintError, Spec
+from ..core.tools import MAX_TOOLS, NAME, Tool, ToolUse
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingConfig
 from ..core.stats import Stats
 
@@ -74,6 +76,7 @@ class Request:
     # compiled it against the model's vocabulary, the Grammar
     constraint: Spec | None = None
     grammar: object = None
+    tools: ToolUse | None = None   # chat: `tools`, `tool_choice`, `parallel_tool_calls`
 
 
 # -- field checks -------------------------------------------------------------
@@ -160,10 +163,12 @@ def _sampling(body: dict, req: Request, *, temperature: float) -> None:
 def _constraint(body: dict) -> Spec | None:
     """The request's structured output, from OpenAI's `response_format`
     ({"type": "text" | "json_object" | "json_schema"}, `json_schema.schema`,
-    `strict` taken as given: the schema is always enforced) or
-    llama-server's `grammar` (GBNF) and `json_schema` fields, and its
-    `response_format: {"type": "json_object", "schema": ...}`.  At most
-    one may constrain."""
+    `json_schema.strict`: with it a schema keyword the engine cannot enforce
+    is a 400; without it, as OpenAI's default, the schema is enforced as far
+    as it can be and the response's `constraint.warnings` say what was not)
+    or llama-server's `grammar` (GBNF) and `json_schema` fields, and its
+    `response_format: {"type": "json_object", "schema": ...}` (not strict).
+    At most one may constrain."""
     found: list[Spec] = []
     try:
         fmt = body.get("response_format")
@@ -180,12 +185,12 @@ def _constraint(body: dict) -> Spec | None:
         if schema is not None:
             if not isinstance(schema, dict):
                 raise bad("json_schema", "must be a JSON schema object")
-            found.append(Spec.json_schema(schema, "json_schema"))
+            found.append(Spec.json_schema(schema, "json_schema", strict=False))
     except ConstraintError as e:
         raise ApiError(400, e.message, param=e.where) from None
     if len(found) > 1:
-        raise ApiError(400, "give one constraint: " + ", ".join(f"'{s.where}'" for s in found)
-                       + " were all set", param=found[1].where)
+        raise ApiError(400, "give one constraint: " + " and ".join(f"'{s.where}'" for s in found)
+                       + " are all set", param=found[1].where)
     return found[0] if found else None
 
 
@@ -202,7 +207,7 @@ def _response_format(fmt) -> Spec | None:
             return Spec("json_object", "", f"{where}.type")
         if not isinstance(schema, dict):
             raise bad(f"{where}.schema", "must be a JSON schema object")
-        return Spec.json_schema(schema, f"{where}.schema")
+        return Spec.json_schema(schema, f"{where}.schema", strict=False)
     if kind == "json_schema":
         inner = fmt.get("json_schema")
         if not isinstance(inner, dict):
@@ -210,9 +215,10 @@ def _response_format(fmt) -> Spec | None:
         schema = inner.get("schema")
         if not isinstance(schema, dict):
             raise bad(f"{where}.json_schema.schema", "must be a JSON schema object")
-        if inner.get("strict") is not None and not isinstance(inner.get("strict"), bool):
+        strict = inner.get("strict")
+        if strict is not None and not isinstance(strict, bool):
             raise bad(f"{where}.json_schema.strict", "must be true or false")
-        return Spec.json_schema(schema, f"{where}.json_schema.schema")
+        return Spec.json_schema(schema, f"{where}.json_schema.schema", strict=strict is True)
     raise bad(f"{where}.type", f"must be text, json_object or json_schema, not {kind!r}")
 
 
@@ -239,21 +245,94 @@ def parse_chat(body: Any) -> Request:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "must be a non-empty list of {role, content} objects")
-    out = []
-    for i, m in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise bad(where, "must be an object with 'role' and 'content'")
-        role = m.get("role")
-        if role not in ("system", "developer", "user", "assistant"):
-            raise bad(f"{where}.role", f"must be system, user or assistant, not {role!r}")
-        out.append({"role": "system" if role == "developer" else role,
-                    "content": _content(m.get("content"), f"{where}.content")})
+    out = [_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
     req = Request("chat", messages=out, max_tokens=_max_tokens(body, "max_completion_tokens", "max_tokens",
                                                                              "n_predict"))
     _sampling(body, req, temperature=1.0)
     req.constraint = _constraint(body)
+    req.tools = _tools(body)
+    if req.tools is not None and req.constraint is not None and req.constraint.kind not in (
+            "json_schema", "json_object"):
+        raise ApiError(400, f"'{req.constraint.where}' (a grammar) together with 'tools' is not supported: "
+                            "send one or the other, or a JSON schema as response_format",
+                       param=req.constraint.where)
     return req
+
+
+def _message(m: Any, where: str) -> dict:
+    """One chat message as the chat template reads it: system, user and
+    assistant text, an assistant's `tool_calls` (their arguments as objects,
+    as templates write them), a `tool` message's result."""
+    if not isinstance(m, dict):
+        raise bad(where, "must be an object with 'role' and 'content'")
+    role = m.get("role")
+    if role not in ("system", "developer", "user", "assistant", "tool"):
+        raise bad(f"{where}.role", f"must be system, user, assistant or tool, not {role!r}")
+    out: dict[str, Any] = {"role": "system" if role == "developer" else role,
+                           "content": _content(m.get("content"), f"{where}.content")}
+    if role == "tool":
+        out["tool_call_id"] = _string(m, "tool_call_id")
+        if m.get("name") is not None:
+            out["name"] = _string(m, "name")
+    calls = m.get("tool_calls")
+    if calls is not None and role == "assistant":
+        if not isinstance(calls, list):
+            raise bad(f"{where}.tool_calls", "must be a list of calls")
+        out["tool_calls"] = [_history_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
+    return out
+
+
+def _history_call(c: Any, where: str) -> dict:
+    fn = c.get("function") if isinstance(c, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise bad(where, "must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}")
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError:
+            raise bad(f"{where}.function.arguments", "must be a JSON object (as a string)") from None
+    if not isinstance(args, dict):
+        raise bad(f"{where}.function.arguments", "must be a JSON object")
+    return {"id": str(c.get("id") or ""), "type": "function", "function": {"name": fn["name"], "arguments": args}}
+
+
+def _tools(body: dict) -> ToolUse | None:
+    """OpenAI's `tools` (functions, each with a JSON schema of its
+    parameters), `tool_choice` and `parallel_tool_calls`; None where there
+    are no tools."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if tools is None or tools == []:
+        if choice not in (None, "none", "auto"):
+            raise bad("tool_choice", "names a tool, but 'tools' defines none")
+        return None
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
+        raise bad("tools", f"must be a list of at most {MAX_TOOLS} functions")
+    defined = []
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) and t.get("type", "function") == "function" else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not NAME.match(fn["name"]):
+            raise bad(f"tools[{i}]", "must be {\"type\": \"function\", \"function\": {\"name\": ...}} "
+                                     "with a name of letters, digits, '_', '-' or '.' (at most 64)")
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise bad(f"tools[{i}].function.parameters", "must be a JSON schema object")
+        description = fn.get("description") or ""
+        if not isinstance(description, str):
+            raise bad(f"tools[{i}].function.description", "must be a string")
+        defined.append(Tool(fn["name"], description, params))
+    if len({t.name for t in defined}) < len(defined):
+        raise bad("tools", "names a function twice")
+    parallel = _bool(body, "parallel_tool_calls", True)
+    if choice is None or choice in ("auto", "none", "required"):
+        return ToolUse(tuple(defined), choice or "auto", parallel=parallel)
+    fn = choice.get("function") if isinstance(choice, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if name not in {t.name for t in defined}:
+        raise bad("tool_choice", "must be auto, none, required or {\"type\": \"function\", \"function\": "
+                                 "{\"name\": ...}} naming one of 'tools'")
+    return ToolUse(tuple(defined), "function", name, parallel)
 
 
 def _content(content: Any, where: str) -> str:
@@ -396,21 +475,43 @@ class Reply:
 
     def extras(self, stats: Stats) -> dict:
         n_cached = cached(self.n_prompt, stats)
-        return {"speculation": speculation(stats, self.proposer, self.seed), "timings": timings(stats, n_cached)}
+        out = {"speculation": speculation(stats, self.proposer, self.seed), "timings": timings(stats, n_cached)}
+        g = self.req.grammar
+        if g is not None:  # what constrained the output, and what of it was not enforced
+            out["constraint"] = {"kind": g.spec.kind, "field": g.spec.where, "strict": g.spec.strict,
+                                 "warnings": list(g.warnings), "compile_ms": round(g.compile_s * 1000, 3)}
+        return out
 
     def full(self, text: str, finish: str | None, stats: Stats, stop_type: str | None = None) -> dict:
         """The non-streamed response."""
         if self.req.kind == "infill":
             return self.infill(text, finish, stats, final=True, stop_type=stop_type)
         choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(finish, "stop"), "logprobs": None}
+        extra: dict[str, Any] = {}
         if self.req.kind == "chat":
             choice["message"] = {"role": "assistant", "content": text}
+            if self.req.tools is not None:
+                from ..core.tools import parse
+
+                parsed = parse(text, self.req.tools)
+                if parsed.calls:
+                    choice["message"] = {"role": "assistant", "content": parsed.content,
+                                         "tool_calls": list(parsed.calls)}
+                    choice["finish_reason"] = "tool_calls"
+                    extra["tool_call_form"] = parsed.form  # the template's syntax, or a form it read besides
             obj = "chat.completion"
         else:
             choice["text"] = text
             obj = "text_completion"
         return {"id": self.rid, "object": obj, "created": self.created, "model": self.model,
-                "choices": [choice], "usage": usage(self.n_prompt, stats), **self.extras(stats)}
+                "choices": [choice], "usage": usage(self.n_prompt, stats), **self.extras(stats), **extra}
+
+    def tool_chunk(self, calls) -> dict:
+        """The streamed tool calls, each whole in one delta (OpenAI's clients
+        join deltas by `index`)."""
+        delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}
+        return {"id": self.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}]}
 
     def chunk(self, text: str | None, finish: str | None, stats: Stats | None = None, *,
               first: bool = False, stop_type: str | None = None, segments=None) -> dict:

@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 from .access import READ_S
+from ..core.tools import StreamFilter
 from .api import ApiError, Reply, Request, internal, parse_chat, parse_completion, parse_infill
 from .worker import Job, Worker
 
@@ -105,8 +106,9 @@ class _Routes:
                 log.info("a client left while sending its request body")
                 return Response(status_code=499)
             req = parse(body)
-            if req.constraint is not None:
-                req.grammar = await self.compile(req.constraint)
+            spec = req.constraint if req.tools is None else self.worker.tool_spec(req.tools, req.constraint)
+            if spec is not None:
+                req.grammar = await self.compile(spec)
             return await self.serve(request, Job(req, asyncio.get_running_loop()))
         return handle
 
@@ -259,15 +261,28 @@ async def _events(job: Job, reply: Reply):
     """The stream: OpenAI's chunks ending in `data: [DONE]`, or llama-server's
     /infill pieces ending in one with `"stop": true`."""
     req = reply.req
+    calls = None if req.tools is None else StreamFilter(req.tools)  # text that may be a tool call is held
     try:
         if req.kind == "chat":
             yield _sse(reply.chunk(None, None, first=True))
         while True:
             kind, payload = await job.events.get()
             if kind == "step":
-                yield _sse(reply.chunk("".join(text for text, _ in payload), None, segments=payload))
+                text = "".join(text for text, _ in payload)
+                shown = text if calls is None else calls.feed(text)
+                if shown:
+                    yield _sse(reply.chunk(shown, None, segments=payload if shown == text else None))
             elif kind == "done":
-                yield _sse(reply.chunk(None, payload.finish, payload.stats, stop_type=payload.stop_type))
+                final = reply.chunk(None, payload.finish, payload.stats, stop_type=payload.stop_type)
+                if calls is not None:
+                    rest, parsed = calls.finish()
+                    if rest:
+                        yield _sse(reply.chunk(rest, None))
+                    if parsed.calls:
+                        yield _sse(reply.tool_chunk(parsed.calls))
+                        final["choices"][0]["finish_reason"] = "tool_calls"
+                        final["tool_call_form"] = parsed.form
+                yield _sse(final)
                 if req.include_usage and req.kind != "infill":
                     yield _sse(reply.usage_chunk(payload.stats))
                 if req.kind != "infill":

@@ -204,6 +204,32 @@ class Worker:
         t = self.pair.target
         return compile_spec(spec, t.vocab.grammar_tokenizer(), t.n_vocab)
 
+    def tool_spec(self, use, answer=None):
+        """The constraint of a request's tools (core.tools.ToolUse) in the
+        target's own tool-call syntax, a reply that calls none following
+        `answer` (the response_format's Spec, if any); or None: tool_choice
+        "none", or "auto" with a chat template that defines no syntax (then
+        only the forms small models write anyway are read: core.tools.parse)."""
+        import json
+
+        from ..core.constraint import Spec
+        from ..core.tools import family_of, grammar
+
+        if use.choice == "none":
+            return answer
+        vocab = self.pair.target.vocab
+        family = family_of(vocab.chat_template())
+        if family is None:
+            if use.choice == "auto":
+                return answer
+            raise ApiError(400, f"tool_choice {use.choice!r} needs a tool-call syntax, and "
+                                f"{self.cfg.model}'s chat template defines none", param="tool_choice")
+        special = {m: vocab.special_id(m) for m in ("<tool_call>", "</tool_call>", "[TOOL_CALLS]")}
+        special = {m: t for m, t in special.items() if t is not None}
+        schema = None if answer is None else {"type": "object"} if answer.kind == "json_object" else json.loads(answer.text)
+        return Spec("lark", grammar(use, family, special, schema), "tools" if answer is None
+                    else f"tools and {answer.where}", strict=False)
+
     def submit(self, job: Job) -> None:
         with self._cv:
             self._check_room()
@@ -393,7 +419,9 @@ class Worker:
         """(tokens, truncated, the field the prompt came from)."""
         target = self.pair.target
         if req.kind == "chat":
-            return target.vocab.tokenize_chat(req.messages), False, "messages"
+            use = req.tools
+            tools = [t.as_openai() for t in use.tools] if use is not None and use.choice != "none" else None
+            return target.vocab.tokenize_chat(req.messages, tools), False, "messages"
         if req.kind == "completion":
             return target.vocab.tokenize(req.prompt, add_special=True, parse_special=False), False, "prompt"
         fim = fim_prompt(target.vocab, req.input_prefix, req.input_suffix, middle=req.prompt,

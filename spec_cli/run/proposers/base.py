@@ -37,6 +37,10 @@ class Candidate:
     # drafted together with the other sequences' in a batch, a draft batch a
     # position (a draft model of its own: draft.draft_together), not each alone
     pooled: bool = False
+    # its tokens are known to be accepted (a constraint forces them: proposers.grammar):
+    # k + 1 tokens for one batch of k + 1 rows always beat k + 1 single steps, so the
+    # policy drafts it whole, on any machine
+    sure: bool = False
 
 
 @dataclass(frozen=True)

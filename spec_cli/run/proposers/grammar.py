@@ -44,7 +44,7 @@ class GrammarDrafts:
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
         forced = self.constraint.forced()
         inner = self.inner.candidates(context)
-        return ([Candidate(GRAMMAR, len(forced))] if forced else []) + inner
+        return ([Candidate(GRAMMAR, len(forced), sure=True)] if forced else []) + inner
 
     def draft(self, context, cand, k, keep_going=None) -> Proposal:
         if cand.source == GRAMMAR:

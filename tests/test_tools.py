@@ -1,0 +1,165 @@
+"""Tool calls as pure logic (core/tools.py): the grammar each family's
+syntax gets, compiled by llguidance over a byte-level tokenizer with the
+family's marker tokens; reading replies in every form; what a stream may
+show before a call is known; the request fields.  The real model's calls
+are tested in test_structured.py."""
+
+import json
+
+import pytest
+
+from spec_cli.core.constraint import Spec, compile_spec
+from spec_cli.core.tools import StreamFilter, Tool, ToolUse, family_of, grammar, parse
+from spec_cli.serve.api import ApiError, parse_chat
+
+from test_constraint import Toy
+
+WEATHER = Tool("get_weather", "Weather in a city", {"type": "object", "properties": {"city": {"type": "string"}},
+                                                     "required": ["city"], "additionalProperties": False})
+TIME = Tool("get_time", "", None)
+TOY = Toy(specials=(b"<tool_call>", b"</tool_call>"))
+CALL, END = 265, 266  # the two special tokens' ids in TOY
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    import llguidance
+
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(TOY))
+
+
+def matcher(tokenizer, use, family="hermes", answer=None):
+    text = grammar(use, family, {"<tool_call>": CALL, "</tool_call>": END}, answer)
+    return compile_spec(Spec("lark", text, "tools"), tokenizer, len(TOY.tokens)).start()
+
+
+def test_families_are_told_by_their_templates():
+    assert family_of("... <tool_call>\\n{{ tool_call | tojson }} ...") == "hermes"
+    assert family_of("{{ '[TOOL_CALLS]' }}") == "mistral"
+    assert family_of("Environment: ipython <|python_tag|>") == "llama3"
+    assert family_of("{{ messages }}") is None and family_of(None) is None
+
+
+def test_required_forces_the_call_s_wrapper_and_name_and_its_arguments_follow_the_schema(tokenizer):
+    c = matcher(tokenizer, ToolUse((WEATHER,), "required"))
+    forced = c.forced()
+    assert forced[0] == CALL and b"".join(TOY.tokens[t] for t in forced[1:]).startswith(
+        b'\n{"name": "get_weather", "arguments": {"city": ')
+    c.advance(forced)
+    rest = TOY('"Paris"}}\n') + [END]
+    assert c.legal(rest) == len(rest)
+    assert c.legal(TOY('42}}')) == 0  # a number where the schema wants a string
+
+
+def test_auto_lets_any_text_come_and_constrains_a_call_once_it_starts(tokenizer):
+    c = matcher(tokenizer, ToolUse((WEATHER, TIME)))
+    text = TOY("Any text at all {\n")
+    assert c.forced() == [] and c.legal(text) == len(text)
+    c.advance(TOY("Let me look. "))
+    call = [CALL] + TOY('\n{"name": "get_time", "arguments": {}}\n') + [END, TOY.eos_token_id]
+    assert c.legal(call) == len(call)
+    assert c.legal([CALL] + TOY('\n{"name": "get_date"')) < 15   # not a tool of the request
+
+
+def test_a_typed_answer_or_a_call_and_nothing_else(tokenizer):
+    answer = {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}
+    c = matcher(tokenizer, ToolUse((WEATHER,)), answer=answer)
+    assert c.legal(TOY('{"summary": "cloudy"}')) == len(TOY('{"summary": "cloudy"}'))
+    assert c.legal(TOY("Free text")) == 0
+    assert c.legal([CALL]) == 1
+
+
+@pytest.mark.parametrize("family", ["llama3", "mistral"])
+def test_the_other_families_grammars_compile_and_constrain(tokenizer, family):
+    c = matcher(tokenizer, ToolUse((WEATHER,), "required"), family)
+    text = b"".join(TOY.tokens[t] for t in c.forced())
+    assert (b'{"name": "get_weather", "parameters": {"city": ' if family == "llama3"
+            else b'[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": ') == text
+
+
+@pytest.mark.parametrize("reply, content, names, form", [
+    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', None,
+     ["get_weather"], "template"),
+    ('Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "A"}}\n</tool_call>\n<tool_call>\n'
+     '{"name": "get_time", "arguments": {}}\n</tool_call>', "Sure.", ["get_weather", "get_time"], "template"),
+    ('```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```', None, ["get_weather"], "fenced"),
+    ('{"name": "get_weather", "parameters": {"city": "Paris"}}', None, ["get_weather"], "bare"),
+    ('[TOOL_CALLS][{"name": "get_time", "arguments": "{}"}]', None, ["get_time"], "template"),
+    ('{"name": "get_date", "arguments": {}}', '{"name": "get_date", "arguments": {}}', [], None),
+    ("The weather is fine.", "The weather is fine.", [], None),
+    ('```python\nprint(1)\n```', '```python\nprint(1)\n```', [], None),
+])
+def test_replies_are_read_in_every_form(reply, content, names, form):
+    p = parse(reply, ToolUse((WEATHER, TIME)))
+    assert p.content == content and [c["function"]["name"] for c in p.calls] == names and p.form == form
+    for c in p.calls:
+        assert c["id"].startswith("call_") and isinstance(json.loads(c["function"]["arguments"]), dict)
+
+
+def test_tool_choice_none_reads_no_call():
+    reply = '{"name": "get_time", "arguments": {}}'
+    assert parse(reply, ToolUse((TIME,), "none")).calls == ()
+
+
+def _stream(pieces, use=ToolUse((WEATHER,))):
+    f = StreamFilter(use)
+    shown = "".join(f.feed(p) for p in pieces)
+    rest, parsed = f.finish()
+    return shown, rest, parsed
+
+
+def test_a_stream_shows_text_until_a_call_starts_and_holds_a_reply_that_may_be_one():
+    shown, rest, parsed = _stream(["Let me check", " the weather. <tool", "_call>\n{\"name\": \"get_weather\", ",
+                                   "\"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"])
+    assert shown == "Let me check the weather. " and rest == "" and parsed.calls
+    shown, rest, parsed = _stream(["{\"name\": \"get_weather\",", " \"arguments\": {\"city\": \"Oslo\"}}"])
+    assert shown == "" and rest == "" and parsed.form == "bare"
+    shown, rest, parsed = _stream(["{\"answer\"", ": 42}"])
+    assert shown == "" and rest == "{\"answer\": 42}" and not parsed.calls
+    shown, rest, parsed = _stream(["Plain ", "text <", "b>"])
+    assert shown + rest == "Plain text <b>" and not parsed.calls
+
+
+def _chat(**fields):
+    return parse_chat({"messages": [{"role": "user", "content": "hi"}], **fields})
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+
+
+def test_the_tool_fields_are_read_and_checked():
+    use = _chat(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                parallel_tool_calls=False).tools
+    assert (use.choice, use.name, use.parallel, use.tools[0].name) == ("function", "get_weather", False,
+                                                                        "get_weather")
+    assert _chat(tools=TOOLS).tools.choice == "auto" and _chat().tools is None
+    history = parse_chat({"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "A"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"}], "tools": TOOLS})
+    assert history.messages[1]["tool_calls"][0]["function"]["arguments"] == {"city": "A"}
+    assert history.messages[2] == {"role": "tool", "content": "sunny", "tool_call_id": "c1"}
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools[0]"),
+    ({"tools": TOOLS * 2}, "tools"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "other"}}}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]}, "tools[0].function.parameters"),
+    ({"tools": TOOLS, "grammar": 'root ::= "a"'}, "grammar"),
+    ({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{not json"}}]}]},
+     "messages[0].tool_calls[0].function.arguments"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format.json_schema.schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}}},
+     "response_format.json_schema.strict"),
+    ({"response_format": {"type": "xml"}}, "response_format.type"),
+    ({"json_schema": {"type": "object"}, "grammar": 'root ::= "a"'}, "json_schema"),
+    ({"json_schema": "{}"}, "json_schema"),
+])
+def test_bad_tool_and_format_fields_are_400s_naming_the_field(fields, param):
+    body = {"messages": [{"role": "user", "content": "hi"}], **fields}
+    with pytest.raises(ApiError) as e:
+        parse_chat(body)
+    assert e.value.status == 400 and e.value.param == param
