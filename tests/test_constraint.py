@@ -124,7 +124,7 @@ def test_a_masked_row_refuses_exactly_what_the_mask_refuses_and_greedy_skips_the
 
 def _rule(tokenizer, spec, sampling, seed, rule="gumbel"):
     c = grammar(tokenizer, spec).start()
-    out = SimpleNamespace(produced=0)
+    out = SimpleNamespace(produced=0, cfg=SimpleNamespace(margins=False))
     return c, out, _masked_rule(Decoding(sampling, seed, rule), out, c)
 
 
@@ -152,7 +152,7 @@ def _first_two(tokenizer, rows, p, rule, n, seed0, pick_rule=_masked_rule):
     g = grammar(tokenizer, Spec("regex", "[abc][abcd]"))
     for i in range(n):
         c = g.start()
-        out = SimpleNamespace(produced=0)
+        out = SimpleNamespace(produced=0, cfg=SimpleNamespace(margins=False))
         pick = pick_rule(Decoding(sampling, seed0 + i, rule), out, c)
         draft = [int(rng.choice(V, p=p[j])) for j in range(2)]
         prop = Proposal(draft, probs=p)

@@ -31,12 +31,12 @@ KEY = "test-secret-key"
 
 
 class Server:
-    def __init__(self, model, env, *extra, deterministic=True):
+    def __init__(self, model, env, *extra, deterministic=True, draft=None):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.model = str(model)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "spec_cli", "serve", "--target", self.model, "--draft", self.model,
+            [sys.executable, "-m", "spec_cli", "serve", "--target", self.model, "--draft", str(draft or model),
              "--ctx", "2048", *(["--deterministic"] if deterministic else []), "--port", str(self.port),
              "--quiet", *extra],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -267,11 +267,15 @@ class Constraint:
         return self.m.is_stopped()
 
     # -- the rule's rows -----------------------------------------------------
-    def choose(self, row: np.ndarray, pick: Callable[[np.ndarray], int], *, greedy: bool) -> int:
+    def choose(self, row: np.ndarray, pick: Callable[[np.ndarray], int], *, greedy: bool,
+               keep: list | None = None) -> int:
         """The target's token from `row` under the mask here: `pick` of the
         masked row.  Greedy needs no masked copy where the row's own argmax
-        is allowed (it is then the masked argmax too)."""
+        is allowed (it is then the masked argmax too).  `keep` (bench's
+        margins) gets the masked row."""
         mask = self.mask()
+        if keep is not None:
+            keep.append(self.masked(row, mask))
         if greedy:
             top = int(np.argmax(row))
             if self.allows(mask, top):

@@ -1,21 +1,44 @@
 """A model's vocabulary as llguidance's tokenizer (core/constraint.py masks
-with it), from llama.cpp's own pieces and tokenizer (llguidance.llamacpp),
-with every end-of-generation token as an end of the grammar's text.
-Building reads each token's piece, about a second for a 150k vocabulary:
-Vocab.grammar_tokenizer makes it once."""
+with it): every token's bytes as llama.cpp writes them, a control token (or
+a user-defined one written like `<tool_call>`) marked special as llguidance
+reads them, llama.cpp's own tokenizer for text, and every end-of-generation
+token as an end of the grammar's text.  Building reads each token's piece,
+about a second for a 150k vocabulary: Vocab.grammar_tokenizer makes it once.
+
+(llguidance.llamacpp.lltokenizer_from_vocab does the same through a call
+llama-cpp-python has deprecated, warning once a token.)"""
 
 from __future__ import annotations
 
+import ctypes
+
 from ..errors import SpecError
 from .lib import llama_cpp
+
+SPECIAL = b"\xff"  # llguidance's mark of a special token's bytes
 
 
 def tokenizer(vocab):
     """llguidance's LLTokenizer for `vocab` (llama.vocab.Vocab)."""
     try:
-        from llguidance.llamacpp import lltokenizer_from_vocab
+        from llguidance import LLTokenizer
     except ImportError as e:  # a core dependency: only a broken install lacks it
         raise SpecError(f"constraints need the llguidance package ({e})",
                         hint="Reinstall spec-cli: pip install -e .") from None
-    eog = [t for t in range(vocab.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab.handle, t)]
-    return lltokenizer_from_vocab(vocab.handle, eos_token=eog or None)
+    handle, lib = vocab.handle, llama_cpp
+    control, user = lib.LLAMA_TOKEN_ATTR_CONTROL, lib.LLAMA_TOKEN_ATTR_USER_DEFINED
+    buf = ctypes.create_string_buffer(16 * 1024)
+    tokens, eog = [], []
+    for t in range(vocab.n_vocab):
+        n = lib.llama_token_to_piece(handle, t, buf, len(buf), 0, True)
+        if n < 0:
+            raise SpecError(f"{vocab.name}: token {t}'s text is over {len(buf)} bytes")
+        piece, attr = buf.raw[:n], lib.llama_vocab_get_attr(handle, t)
+        if attr & control or (attr & user and piece.startswith(b"<") and piece.endswith(b">")):
+            piece = SPECIAL + piece
+        tokens.append(piece)
+        if lib.llama_vocab_is_eog(handle, t):
+            eog.append(t)
+    tokenize = ctypes.cast(lib.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+    return LLTokenizer.from_llamacpp(tokens=tokens, vocab_ptr=handle, tokenize_fptr=tokenize,
+                                     eos_token=eog or lib.llama_vocab_eos(handle), slices=None)

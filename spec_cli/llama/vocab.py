@@ -74,7 +74,7 @@ class Vocab:
         ids = self.tokenize(text, add_special=False, parse_special=True)
         if len(ids) != 1:
             return None
-        attr = llama_cpp.llama_token_get_attr(self._vocab, ids[0])
+        attr = llama_cpp.llama_vocab_get_attr(self._vocab, ids[0])
         return ids[0] if attr & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED) else None
 
     @property

@@ -255,7 +255,9 @@ class Generation:
         margins, aside_s = (), 0.0
         if cfg.margins:
             t_aside = time.perf_counter()
-            rows = rows if rows is not None else r.logits if r.logits is not None else self.target.last_rows(1)
+            masked = getattr(self.pick, "rows", None)  # under a constraint, the rows as the rule read them
+            rows = masked if masked is not None else rows if rows is not None else \
+                r.logits if r.logits is not None else self.target.last_rows(1)
             margins = tuple(margin(rows[i], decoding.sampling, decoding.seed, out.produced + i)
                             for i in range(r.accepted + 1))
             aside_s = time.perf_counter() - t_aside
@@ -321,13 +323,17 @@ def _masked_rule(decoding: Decoding, out: "_Output", constraint):
     tokens emitted.  No fast path reads a row unmasked: there is no
     pick.alone, and the rows are whole (Generation.candidates_k)."""
     sampling, seed = decoding.sampling, decoding.seed
+    keep = [] if out.cfg.margins else None  # the masked rows read, for bench's margins (pick.rows)
     if sampling.greedy or decoding.rule == "gumbel":
         def pick(logits, draft, prop):
+            if keep is not None:
+                keep.clear()
+
             def choice(i):
                 if i:
                     constraint.advance(draft[i - 1:i])  # draft[i-1] was the choice at row i-1
                 return constraint.choose(logits[i], lambda row: choose(row, sampling, seed, out.produced + i).token,
-                                         greedy=sampling.greedy)
+                                         greedy=sampling.greedy, keep=keep)
             n, token = verify_choices(draft, choice)
             constraint.advance([token])
             return n, token
@@ -336,7 +342,10 @@ def _masked_rule(decoding: Decoding, out: "_Output", constraint):
 
         def pick(logits, draft, prop):
             p = None if prop.probs is None else prop.probs[:len(draft)]
-            n, token = verify(draft, p, to_probs(constraint.rows_along(logits, draft), sampling), rng)
+            rows = constraint.rows_along(logits, draft)
+            if keep is not None:
+                keep[:] = list(rows)
+            n, token = verify(draft, p, to_probs(rows, sampling), rng)
             constraint.advance([*draft[:n], token])
             return n, token
 
@@ -347,9 +356,9 @@ def _masked_rule(decoding: Decoding, out: "_Output", constraint):
             # that follow a refused draft token would not be the target's)
             n = constraint.legal(draft)
             return n if prop.probs is None or n == len(draft) else n + 1
-        pick.legal = legal
+        pick.legal, pick.rows = legal, keep
         return pick
-    pick.legal = lambda draft, prop: constraint.legal(draft)
+    pick.legal, pick.rows = (lambda draft, prop: constraint.legal(draft)), keep
     return pick
 
 
