@@ -175,3 +175,36 @@ def test_bench_concurrency_on_a_simulated_clock(smollm_path, spec_env):
         assert r["max_divergence_margin"] is None or r["max_divergence_margin"] <= NEAR_TIE
     assert rows[(3, "none")]["rows_per_round"] > rows[(1, "none")]["rows_per_round"]  # they shared rounds
     assert rows[(1, "none")]["vs_none"] == 1.0 and rows[(3, "hybrid")]["drafted"] > 0
+
+
+SCHEMAS = [{"id": "point", "schema": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+                                      "required": ["x", "y"], "additionalProperties": False}},
+           {"id": "yes-no", "prompt": "Is water wet?", "grammar": 'root ::= "yes" | "no"'},
+           {"id": "unique", "schema": {"type": "array", "uniqueItems": True}}]  # strict: refused
+
+
+def test_prompt_files_with_schemas_and_grammars(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in SCHEMAS))
+    point, yes_no, _ = load_prompts(path, None)
+    assert point["kind"] == "chat" and '"x"' in point["prompt"] and point["schema"]["required"] == ["x", "y"]
+    assert yes_no["prompt"] == "Is water wet?" and yes_no["grammar"] and yes_no["schema"] is None
+    path.write_text('{"id": "g", "prompt": "x", "grammar": 5}\n')
+    with pytest.raises(SpecError, match="'grammar' must be"):
+        load_prompts(path, None)
+
+
+def test_bench_under_schemas_reports_validity_and_what_it_refused(smollm_path, spec_env, tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in SCHEMAS))
+    res = spec("bench", "--target", "smollm2-135m", "--draft", "smollm2-135m", "--ctx", "1024", "--prompts",
+               str(path), "-n", "40", "--proposer", "hybrid", "--proposer", "oracle", "--json", env=spec_env)
+    assert res.returncode == 0, res.stderr
+    sets = {s["proposer"]: s for s in json.loads(res.stdout)["sets"]}
+    for s in sets.values():
+        assert s["compiled"] == 2 and [r["id"] for r in s["refused"]] == ["unique"]
+        assert "uniqueItems" in s["refused"][0]["why"]
+        assert s["parses"] == s["validates"] == s["constrained"] and s["prompts"] == 2
+        assert s["mask_ms_per_token"] > 0
+    assert "grammar" in sets["hybrid"]["by_source"]  # the schema's forced tokens drafted
+    assert sets["hybrid"]["agreement"] == 1.0 or sets["hybrid"]["max_divergence_margin"] <= NEAR_TIE

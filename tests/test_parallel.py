@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from test_serve import Server, read_stream, stream_long
+from test_serve import Server, read_stream, serving, stream_long
 
 PROMPTS = ["def fibonacci(n):", "The capital of France is", "A list of fruits:\n1.", "import numpy as np\n",
            "Once upon a time, in a small village,"]
@@ -322,12 +322,7 @@ def test_a_request_that_ends_first_leaves_no_gap_the_others_keep_their_text(pair
 @pytest.fixture(scope="module")
 def batched(smollm_path):
     """Default numerics, three requests at once."""
-    env = dict(os.environ)
-    env.pop("SPEC_CLI_API_KEY", None)
-    srv = Server(smollm_path, env, "--parallel", "3", deterministic=False)
-    yield srv
-    code, err = srv.stop()
-    assert code == 0 and "Traceback" not in err, err
+    yield from serving(smollm_path, "--parallel", "3", deterministic=False)
 
 
 def _metrics(server) -> dict[str, float]:

@@ -84,14 +84,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(smollm_path):
+def serving(model, *extra, **kw):
+    """A Server (`Server`'s arguments) with no API key in its environment,
+    for a fixture to `yield from`: on leaving, it must stop cleanly."""
     env = dict(os.environ)
     env.pop("SPEC_CLI_API_KEY", None)
-    srv = Server(smollm_path, env, "--parallel", "2")
+    srv = Server(model, env, *extra, **kw)
     yield srv
     code, err = srv.stop()
     assert code == 0 and "Traceback" not in err, err
+
+
+@pytest.fixture(scope="module")
+def server(smollm_path):
+    yield from serving(smollm_path, "--parallel", "2")
 
 
 @pytest.fixture(scope="module")
@@ -363,7 +369,9 @@ def hostile_requests():
         ("n 2", "/v1/chat/completions", json.dumps({**CHAT, "n": 2}).encode(), j, 400),
         ("max_tokens 0", "/v1/chat/completions", json.dumps({**CHAT, "max_tokens": 0}).encode(), j, 400),
         ("no messages", "/v1/chat/completions", b'{"messages": []}', j, 400),
-        ("a bad role", "/v1/chat/completions", b'{"messages": [{"role": "tool", "content": "x"}]}', j, 400),
+        ("a bad role", "/v1/chat/completions", b'{"messages": [{"role": "wizard", "content": "x"}]}', j, 400),
+        ("a tool result with no call", "/v1/chat/completions", b'{"messages": [{"role": "tool", "content": "x"}]}',
+         j, 400),
         ("an image part", "/v1/chat/completions",
          b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}', j, 400),
         ("a message that is a string", "/v1/chat/completions", b'{"messages": ["hi"]}', j, 400),

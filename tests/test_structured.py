@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from test_cli import assert_clean_error, spec
-from test_serve import Server, client
+from test_serve import Server, client, serving
 
 PERSON = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 40}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
@@ -146,12 +146,7 @@ def test_constrained_requests_in_one_batch_get_their_text_alone(smollm_path):
 
 @pytest.fixture(scope="module")
 def server(smollm_path):
-    env = dict(os.environ)
-    env.pop("SPEC_CLI_API_KEY", None)
-    srv = Server(smollm_path, env, "--parallel", "2", deterministic=False)
-    yield srv
-    code, err = srv.stop()
-    assert code == 0 and "Traceback" not in err, err
+    yield from serving(smollm_path, "--parallel", "2", deterministic=False)
 
 
 def test_the_openai_clients_parse_gets_a_valid_object(server):

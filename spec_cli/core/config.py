@@ -44,11 +44,15 @@ class SamplingConfig:
 class Decoding:
     """What one generation decodes with, handed whole to the target's rule
     and to the proposer (`prepare`) so they cannot disagree: the sampling
-    settings, the seed the Gumbel noise is keyed by, and the rule."""
+    settings, the seed the Gumbel noise is keyed by, the rule, and the
+    generation's constraint (core.constraint.Constraint: its state at the
+    tokens emitted so far), if any, which masks the draft model's choices
+    as it masks the target's."""
 
     sampling: SamplingConfig
     seed: int
     rule: str = "gumbel"
+    constraint: object = None
 
     @property
     def candidates_k(self) -> int | None:
@@ -57,6 +61,6 @@ class Decoding:
         greedy (an argmax is cheap), no top-k, or the residual rule (it
         subtracts dense rows)."""
         s = self.sampling
-        if s.greedy or s.top_k <= 0 or self.rule != "gumbel":
+        if s.greedy or s.top_k <= 0 or self.rule != "gumbel" or self.constraint is not None:
             return None
         return s.top_k

@@ -205,6 +205,7 @@ class Constraint:
         self._forced: list[int] | None = None
         self.seconds = 0.0
         self.masks = 0
+        self.count = 0  # tokens it has followed since its start
 
     # -- what may come ---------------------------------------------------
     def legal(self, tokens: Sequence[int]) -> int:
@@ -255,11 +256,13 @@ class Constraint:
         self._forced = None
         if not self.m.consume_tokens(list(tokens)) and not self.m.is_stopped():
             raise ConstraintError("the constraint", f"the output left it: {_reason(self.m.get_error())}")
+        self.count += len(tokens)
 
     def rollback(self, n: int) -> None:
         if n:
             self._forced = None
             self.m.rollback(n)
+            self.count -= n
 
     @property
     def done(self) -> bool:

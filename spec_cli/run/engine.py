@@ -201,10 +201,11 @@ class Generation:
         _check_prompt(target, prompt, cfg)
         self.target, self.proposer, self.cfg, self.prompt = target, proposer, cfg, prompt
         seed = cfg.seed if cfg.seed is not None else int(np.random.SeedSequence().entropy % (1 << 31))
-        self.decoding = decoding = Decoding(cfg.sampling, seed, cfg.rule)  # one state for the rule and the proposer
         # with a constraint, the rule masks whole rows (a top-k of candidates
         # taken before the mask may hold no legal token), and its forced tokens draft
         self.constraint = cfg.grammar.start() if cfg.grammar is not None else None
+        # one state for the rule and the proposer
+        self.decoding = decoding = Decoding(cfg.sampling, seed, cfg.rule, self.constraint)
         if self.constraint is not None and getattr(proposer, "name", "none") != "none":
             from .proposers.grammar import GrammarDrafts
 

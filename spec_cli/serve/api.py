@@ -246,6 +246,10 @@ def parse_chat(body: Any) -> Request:
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "must be a non-empty list of {role, content} objects")
     out = [_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
+    for i, m in enumerate(out):  # a tool's result answers the assistant's calls just before it
+        if m["role"] == "tool" and not (i and (out[i - 1].get("tool_calls") or out[i - 1]["role"] == "tool")):
+            raise bad(f"messages[{i}]", "is a tool's result, but no assistant message with 'tool_calls' comes "
+                                        "before it")
     req = Request("chat", messages=out, max_tokens=_max_tokens(body, "max_completion_tokens", "max_tokens",
                                                                              "n_predict"))
     _sampling(body, req, temperature=1.0)

@@ -209,6 +209,9 @@ def bench_table(result: dict) -> Table:
                ("ttft", "right"), ("accept", "right"), ("mean", "right"), ("per-pos", "left"),
                ("draft/verify/other", "right"), ("host ms", "right"), ("by source", "left"),
                ("agree", "center")) + ((("vs peer", "right"),) if peer else ())
+    constrained = any("compiled" in s for s in result["sets"])
+    if constrained:  # compiled of the set's constraints; answers that parse / validate; mask ms a token
+        columns += (("valid", "right"), ("mask ms", "right"))
     for col, just in columns:
         table.add_column(col, justify=just)
     for s in result["sets"]:
@@ -231,13 +234,29 @@ def bench_table(result: dict) -> Table:
                       f"{s.get('baseline_host_ms_per_step', 0):.2f}/{s.get('host_ms_per_step', 0):.2f}/"
                       f"{s.get('host_ms_per_drafted', 0):.2f}",
                       source_cell(s.get("by_source", {})), agree,
-                      *((f"{s.get('vs_peer_median', 0):.2f}x",) if peer else ()))
+                      *((f"{s.get('vs_peer_median', 0):.2f}x",) if peer else ()),
+                      *((validity_cell(s), f"{s.get('mask_ms_per_token', 0):.3f}") if constrained else ()))
     for row in peer or ():
         cells = {"prompts": Path(row["file"]).name, "proposer": f"peer: {row['peer']}",
                  "tok/s": f"{row['peer_tokens_per_s']:.1f}", "alone": f"{row['tokens_per_s']:.1f}",
                  "vs peer": f"{row['vs_peer_median']:.2f}x"}
         table.add_row(*(cells.get(col, "") for col, _ in columns))
     return table
+
+
+def validity_cell(s: dict) -> str:
+    """compiled/items, parsed/answers, validated/answers of a constrained set."""
+    if "compiled" not in s:
+        return "-"
+    items = s["compiled"] + len(s.get("refused", []))
+    n = s.get("constrained", 0)
+    out = f"{s['compiled']}/{items} compiled"
+    if n:
+        ok = s["parses"] == n and s["validates"] == s["validated"]
+        out += f", [{'green' if ok else 'red'}]{s['parses']}/{n} parse, {s['validates']}/{s['validated']} valid[/]"
+    if s.get("cut"):
+        out += f", {s['cut']} cut by -n"
+    return out
 
 
 def source_cell(by_source: dict) -> str:

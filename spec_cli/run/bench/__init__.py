@@ -20,6 +20,12 @@ target's top-1 minus top-2 margin at that position in the baseline run says
 whether it was a near-tie that rounding may flip (default numerics) or a
 bug (a wide margin; or any divergence with --deterministic).
 
+Constrained sets: an item with a `schema` (a JSON schema) or a `grammar`
+(GBNF) is generated under it, by the target alone and every proposer alike
+(an item with a schema and no prompt is asked for a value of it: SCHEMA_ASK);
+each set says how many of its constraints compiled, how many answers parse
+and validate, and the constraint's host time a token.
+
 Aggregation is pure (`summarise`), so it is tested on made-up runs.
 """
 
@@ -53,6 +59,8 @@ DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "data" / "bench.jsonl"
 # within NEAR_TIE: a divergence at a wider margin is not rounding.
 DELTA_MAX = 2.0
 NEAR_TIE = 1.0
+# what a schema-only item (JSONSchemaBench's) asks for, as its benchmark does: a value, the schema shown
+SCHEMA_ASK = "Give an example of a JSON value that follows this JSON schema. Answer with the JSON only.\n\n{schema}"
 PROPOSERS = tuple(n for n in USER_PROPOSERS if n != "none") + REFERENCES
 
 
@@ -88,6 +96,12 @@ class Run:
     tokens: list[int]
     stats: Stats = field(default_factory=Stats)
     margins: list[float] = field(default_factory=list)
+    # under a constraint: whether the answer parses as JSON and validates
+    # against its schema (None: not a JSON schema, or no validator
+    # installed), and whether the token limit cut it first
+    parses: bool | None = None
+    validates: bool | None = None
+    cut: bool = False
 
     @property
     def gen_s(self) -> float:  # after the target read the prompt
@@ -113,13 +127,20 @@ def load_prompts(path: Path, n: int | None) -> list[dict]:
             continue
         try:
             item = json.loads(line)
-            prompt, kind = item["prompt"], item.get("kind", "chat")
-        except (ValueError, KeyError, TypeError) as e:
+            schema, grammar = item.get("schema"), item.get("grammar")
+            prompt = item["prompt"] if "prompt" in item or schema is None else SCHEMA_ASK.format(
+                schema=json.dumps(schema, ensure_ascii=False))
+            kind = item.get("kind", "chat")
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise SpecError(f"{path}:{i}: not a prompt line ({e})",
-                            hint='Each line is a JSON object: {"id": ..., "kind": "completion"|"chat", "prompt": ...}.') from e
+                            hint='Each line is a JSON object: {"id": ..., "kind": "completion"|"chat", "prompt": ...} '
+                                 '(with "schema" or "grammar" to constrain it; a schema alone asks for a value).') from e
         if kind not in ("completion", "chat"):
             raise SpecError(f"{path}:{i}: kind must be 'completion' or 'chat', not {kind!r}")
-        items.append({"id": str(item.get("id", f"{path.name}:{i}")), "kind": kind, "prompt": prompt})
+        if grammar is not None and not isinstance(grammar, str):
+            raise SpecError(f"{path}:{i}: 'grammar' must be a GBNF grammar as a string")
+        items.append({"id": str(item.get("id", f"{path.name}:{i}")), "kind": kind, "prompt": prompt,
+                      "schema": schema, "grammar": grammar})
     if not items:
         raise SpecError(f"{path} holds no prompts")
     return items[:n] if n else items
@@ -153,6 +174,7 @@ def summarise(file: str, variant: str, runs: list[tuple[Run, Run]], *, coupled: 
     med, lo, hi = _spread(speedups)
     e_med, e_lo, e_hi = _spread(e2e)
     agree = sum(b.tokens == p.tokens for b, p in runs) / len(runs) if runs else 0.0
+    judged = [p for _, p in runs if p.parses is not None and not p.cut]
     return {
         "file": file,
         "proposer": variant,
@@ -180,6 +202,14 @@ def summarise(file: str, variant: str, runs: list[tuple[Run, Run]], *, coupled: 
         "accepted_hist": list(total.accepted_hist),  # drafting steps by tokens of their draft kept
         "per_prompt_tokens_per_s": [round(p.speed, 3) for _, p in runs],
         "per_prompt_baseline_tokens_per_s": [round(b.speed, 3) for b, _ in runs],
+        # under constraints: answers that parse as JSON and validate, of those judged
+        "constrained": len(judged),
+        "cut": sum(p.cut for _, p in runs if p.parses is not None),  # by the token limit: not judged
+        "parses": sum(bool(p.parses) for p in judged),
+        "validates": sum(bool(p.validates) for p in judged if p.validates is not None),
+        "validated": sum(p.validates is not None for p in judged),
+        "mask_ms_per_token": total.mask_ms_per_token,
+        "baseline_mask_ms_per_token": alone.mask_ms_per_token,
     }
 
 
@@ -236,17 +266,22 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
     for path in files:
         items = load_prompts(path, n_prompts)
         pairs: dict[str, list[tuple[Run, Run]]] = {v.label: [] for v in variants}
-        peer_runs = []
+        peer_runs, refused = [], []
         for j, item in enumerate(items):
             if on_progress:
                 on_progress(f"{path.name} {j + 1}/{len(items)} {item['id']}")
             tokens = prompt_tokens(pair.target, item["prompt"], raw=item["kind"] == "completion")
-            base_cfg = dataclasses.replace(gen_base, adaptive=False, margins=True)
+            try:
+                item_base = dataclasses.replace(gen_base, grammar=_constraint(pair, item))
+            except SpecError as e:  # a schema the engine cannot compile: counted, not run
+                refused.append({"id": item["id"], "why": e.message})
+                continue
+            base_cfg = dataclasses.replace(item_base, adaptive=False, margins=True)
             # the references need the target alone's text first; the others run
             # before it on every other prompt, so no side always has the first turn
             late = [v for v in variants if v.proposer not in REFERENCES]
             early = late if j % 2 else []
-            runs = {v.label: _variant(pair, tokens, gen_base, v, seed, None) for v in early}
+            runs = {v.label: _variant(pair, tokens, item_base, v, seed, None) for v in early}
             peer_first = peer is not None and j % 2 == 0
             if peer_first:
                 peer_runs.append(peer.run(tokens, gen_base.sampling, gen_base.max_tokens, seed))
@@ -255,11 +290,14 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
                 peer_runs.append(peer.run(tokens, gen_base.sampling, gen_base.max_tokens, seed))
             for v in variants:
                 if v.label not in runs:
-                    runs[v.label] = _variant(pair, tokens, gen_base, v, seed, base)
+                    runs[v.label] = _variant(pair, tokens, item_base, v, seed, base)
                 pairs[v.label].append((base, runs[v.label]))
         for v in variants:
             coupled = gen_base.sampling.greedy or v.rule == "gumbel"
             sets.append(summarise(str(path), v.label, pairs[v.label], coupled=coupled))
+            if any(it["schema"] is not None or it["grammar"] is not None for it in items):
+                sets[-1]["refused"] = refused  # the constraints the engine could not compile
+                sets[-1]["compiled"] = len(items) - len(refused)
             if peer is not None:
                 sets[-1]["vs_peer_median"] = _vs_peer([p for _, p in pairs[v.label]], peer_runs)
         if peer is not None:
@@ -299,7 +337,45 @@ def _one(pair, tokens, cfg, proposer) -> Run:
     out = Session(pair, tokens, cfg, proposer).run()
     if out.finish == "interrupted":
         raise KeyboardInterrupt
-    return Run(out.tokens, out.stats, out.margins)
+    run = Run(out.tokens, out.stats, out.margins)
+    if cfg.grammar is not None and cfg.grammar.spec.kind in ("json_schema", "json_object"):
+        run.parses, run.validates = _valid(out.text, cfg.grammar.spec)
+        run.cut = out.finish != "stop"
+    return run
+
+
+def _constraint(pair, item: dict):
+    """The item's schema or grammar compiled for the target (None: none)."""
+    from ...core.constraint import Spec, compile_spec
+
+    if item["schema"] is None and item["grammar"] is None:
+        return None
+    spec = (Spec.json_schema(item["schema"], f"{item['id']} schema") if item["schema"] is not None
+            else Spec("gbnf", item["grammar"], f"{item['id']} grammar"))
+    t = pair.target
+    return compile_spec(spec, t.vocab.grammar_tokenizer(), t.n_vocab)
+
+
+def _valid(text: str, spec) -> tuple[bool, bool | None]:
+    """(parses as JSON, validates against the spec's schema: None where the
+    jsonschema package is not installed)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False, False
+    try:
+        import jsonschema
+    except ImportError:
+        return True, None
+    if spec.kind == "json_object":
+        return True, isinstance(value, dict)
+    try:
+        jsonschema.validate(value, json.loads(spec.text))
+        return True, True
+    except jsonschema.ValidationError:
+        return True, False
+    except jsonschema.SchemaError:
+        return True, None
 
 
 def report(pair, sets: list[dict], *, target: str, deterministic: bool, rules, clock=None, peer=None,

@@ -199,6 +199,8 @@ class DraftModel:
 
     def draft(self, context: Sequence[int], cand: Candidate, k: int,
               keep_going: KeepGoing | None = None) -> Proposal:
+        if self.decoding.constraint is not None:
+            return self._draft_masked(context, k, keep_going)
         t0 = time.perf_counter()
         src = self.source
         behind = self._behind  # this step's, from candidates()
@@ -240,6 +242,48 @@ class DraftModel:
             src.learn(steady / len(tokens))
         return Proposal(tokens, np.stack(rows) if rows else None, self.name, steady,
                         model_tokens=len(tokens), model_read=max(behind, 1))
+
+
+    def _draft_masked(self, context: Sequence[int], k: int, keep_going: KeepGoing | None) -> Proposal:
+        """The draft under the generation's constraint: each token the draft
+        model's own choice among those the constraint allows there, so that
+        it drafts only legal text.  The constraint follows the context past
+        the tokens it holds (a lookup draft this extends) and the draft, and
+        is put back after."""
+        t0 = time.perf_counter()
+        c, src = self.decoding.constraint, self.source
+        ahead = list(context[self._prompt_len + c.count:])
+        if c.legal(ahead) < len(ahead):
+            return Proposal([], None, self.name)
+        c.advance(ahead)
+        pos, sampling, seed = len(context) - self._prompt_len, self.sampling, self.decoding.seed
+        unsure = self.p_min > 0.0 or keep_going is not None
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        chain: list[float] = []
+        try:
+            logits = src.start(context)
+            while len(tokens) < k and not c.done:
+                masked = c.masked(np.asarray(logits))
+                if self.coupled:
+                    x, conf = choose(masked, sampling, seed, pos + len(tokens), confidence=unsure)
+                else:
+                    x, conf, p = self.sampled(masked)
+                    rows.append(p)
+                tokens.append(x)
+                c.advance([x])
+                chain.append(conf)
+                if len(tokens) == k or (unsure and self.stops(chain, keep_going)):
+                    break
+                logits = src.then(x)
+        finally:
+            src.end()
+            c.rollback(len(ahead) + len(tokens))
+        seconds = time.perf_counter() - t0
+        if self.clock is None and tokens:
+            src.learn(seconds / len(tokens))
+        return Proposal(tokens, np.stack(rows) if rows else None, self.name, seconds,
+                        model_tokens=len(tokens), model_read=max(self._behind, 1))
 
 
 def draft_together(items) -> list[Proposal]:

@@ -12,6 +12,7 @@ engine (engine.step, run/batch.py), before it costs a verify row.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from ...core.config import Decoding
@@ -43,8 +44,14 @@ class GrammarDrafts:
 
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
         forced = self.constraint.forced()
-        inner = self.inner.candidates(context)
+        # a draft model drafts under the constraint alone (DraftModel.draft masks its
+        # choices), not pooled with other sequences' drafts (draft_together does not)
+        inner = [dataclasses.replace(c, pooled=False) for c in self.inner.candidates(context)]
         return ([Candidate(GRAMMAR, len(forced), sure=True)] if forced else []) + inner
+
+    def batched(self, cand: Candidate):
+        """No draft batch with other sequences: see candidates."""
+        return None
 
     def draft(self, context, cand, k, keep_going=None) -> Proposal:
         if cand.source == GRAMMAR:
