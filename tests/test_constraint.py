@@ -210,3 +210,30 @@ def test_the_check_catches_a_correction_that_skips_the_residual(tokenizer, two_r
     fits, stat, crit = chi2_fits(_first_two(tokenizer, rows, p, "residual", n, seed0=100,
                                             pick_rule=_no_residual_at_the_cut), expected, n)
     assert not fits, f"chi2 {stat:.1f} <= {crit:.1f}: a wrong rule went unnoticed"
+
+
+def test_forced_tokens_come_first_and_sure_and_a_draft_model_that_would_read_the_prompt_does_not(tokenizer):
+    from spec_cli.core.policy import CostModel, Policy
+    from spec_cli.run.proposers.base import Candidate
+    from spec_cli.run.proposers.grammar import GRAMMAR, GrammarDrafts
+
+    class Inner:
+        name, cost_prior = "hybrid", {"draft": 0.01}
+
+        def candidates(self, context):
+            return [Candidate("prompt4", 4), Candidate("draft", 90, setup_s=0.4, pooled=True),
+                    Candidate("draft", 90, pooled=True)]
+
+        def acceptance_prior(self, source, n):
+            return [0.5] * n
+
+    c = grammar(tokenizer, Spec.json_schema(PERSON)).start()
+    g = GrammarDrafts(Inner(), c)
+    cands = g.candidates([1, 2, 3])
+    assert cands[0].source == GRAMMAR and cands[0].sure and cands[0].limit == len(c.forced())
+    assert [(x.source, x.setup_s, x.pooled) for x in cands[1:]] == [("prompt4", 0.0, False), ("draft", 0.0, False)]
+    assert g.batched(cands[2]) is None and g.draft_model is None and g.cost_prior[GRAMMAR] == 0.0
+    assert g.draft([1, 2, 3], cands[0], 2).tokens == c.forced()[:2]
+    # the policy drafts a sure candidate whole, where a plain step would look better on its costs
+    policy = Policy(CostModel.from_timings({1: 0.05, 2: 0.2, 4: 0.4, 8: 0.8, 17: 1.7}, 17), k_max=16)
+    assert policy.choose(cands, 16) == (cands[0], len(c.forced()))

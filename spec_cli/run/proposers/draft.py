@@ -249,11 +249,14 @@ class DraftModel:
         model's own choice among those the constraint allows there, so that
         it drafts only legal text.  The constraint follows the context past
         the tokens it holds (a lookup draft this extends) and the draft, and
-        is put back after."""
+        is put back after.  It drafts only where it holds the text but for
+        a step's usual catch-up (proposers.grammar: reading a constrained
+        request's whole prompt does not pay back), a lookup draft it would
+        extend included."""
         t0 = time.perf_counter()
         c, src = self.decoding.constraint, self.source
         ahead = list(context[self._prompt_len + c.count:])
-        if c.legal(ahead) < len(ahead):
+        if self._behind > 2 or c.legal(ahead) < len(ahead):
             return Proposal([], None, self.name)
         c.advance(ahead)
         pos, sampling, seed = len(context) - self._prompt_len, self.sampling, self.decoding.seed

@@ -45,8 +45,11 @@ class GrammarDrafts:
     def candidates(self, context: Sequence[int]) -> list[Candidate]:
         forced = self.constraint.forced()
         # a draft model drafts under the constraint alone (DraftModel.draft masks its
-        # choices), not pooled with other sequences' drafts (draft_together does not)
-        inner = [dataclasses.replace(c, pooled=False) for c in self.inner.candidates(context)]
+        # choices), not pooled with other sequences' drafts (draft_together does not),
+        # and only where it holds the text already (a chat's next turn): a constrained
+        # answer is short beside its prompt and mostly forced or copied, so reading the
+        # whole prompt first did not pay back (docs/results.md)
+        inner = [dataclasses.replace(c, pooled=False) for c in self.inner.candidates(context) if c.setup_s == 0.0]
         return ([Candidate(GRAMMAR, len(forced), sure=True)] if forced else []) + inner
 
     def batched(self, cand: Candidate):
@@ -60,8 +63,9 @@ class GrammarDrafts:
 
     @property
     def draft_model(self):
-        """The wrapped proposer's draft model, or itself (run/batch.py's follower)."""
-        return getattr(self.inner, "draft_model", self.inner)
+        """None: no draft model reads a constrained request's prompt beside the
+        target (run/batch.py's follower; see candidates)."""
+        return None
 
     def __getattr__(self, name: str):
         # the rest of the wrapped proposer's face (its draft model, batched, ...)
