@@ -184,7 +184,7 @@ def compile_spec(spec: Spec, tokenizer, n_vocab: int) -> Grammar:
         raise ConstraintError(spec.where, f"{_reason(m.get_error())}",
                               hint="Simplify it, or leave out the feature named.")
     if not any(m.compute_bitmask()):
-        raise ConstraintError(spec.where, f"nothing satisfies it (no token can start a match)")
+        raise ConstraintError(spec.where, "nothing satisfies it (no token can start a match)")
     return Grammar(spec, m, n_vocab, time.perf_counter() - t0, tuple(m.get_grammar_warnings()))
 
 

@@ -1,22 +1,19 @@
-"""The wire formats: requests in OpenAI's schema (chat completions,
+"""The wire formats of requests: OpenAI's schema (chat completions,
 completions) and llama-server's `/infill`, checked field by field into one
-`Request`; responses and stream chunks built from a finished or running
-Session; errors in OpenAI's shape.  Pure functions, no HTTP.
+`Request`; errors in OpenAI's shape.  Pure functions, no HTTP.  The
+responses are replies.py's.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.constraint import ConstraintError, Spec
 from ..core.tools import MAX_TOOLS, NAME, Tool, ToolUse
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingConfig
-from ..core.stats import Stats
 
 MAX_STOPS = 16
 
@@ -408,177 +405,3 @@ def parse_infill(body: Any) -> Request:
     if not (req.input_prefix or req.input_suffix or req.prompt or req.input_extra):
         raise ApiError(400, "nothing to complete: 'input_prefix', 'prompt' and 'input_suffix' are all empty")
     return req
-
-
-# -- responses ----------------------------------------------------------------
-
-FINISH = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop",
-          "interrupted": "stop", None: None}
-
-
-def new_id(kind: str) -> str:
-    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
-
-
-def speculation(stats: Stats, proposer: str, seed: int) -> dict:
-    """The extra field every response carries: what drafted and how much of
-    it the target kept, overall, by draft position (1, 2, ...) and by where
-    the drafts came from ("prompt", "output", "hist": the lookup; "draft",
-    "mtp"), and the generation's time split between drafting and verifying."""
-    return {"proposer": proposer, "drafted": stats.drafted, "accepted": stats.accepted,
-            "acceptance": round(stats.acceptance_rate, 4), "mean_accepted": round(stats.mean_accepted, 4),
-            "steps": stats.steps, "seed": seed,
-            "per_position": [round(r, 4) for r in stats.position_rates()], "by_source": stats.source_rates(),
-            "draft_ms": round(stats.draft_s * 1000, 3), "verify_ms": round(stats.verify_s * 1000, 3),
-            "tokens_per_s": round(stats.tokens_per_s, 3), "mask_ms": round(stats.mask_s * 1000, 3)}
-
-
-def timings(stats: Stats, n_cached: int) -> dict:
-    """llama-server's `timings` object, with its draft counts."""
-    prompt_ms = stats.prefill_s * 1000
-    predicted_ms = max(stats.wall_s - stats.prefill_s, 0.0) * 1000
-    return {
-        "cache_n": n_cached,
-        "prompt_n": stats.prefill_tokens, "prompt_ms": round(prompt_ms, 3),
-        "prompt_per_token_ms": round(prompt_ms / stats.prefill_tokens, 3) if stats.prefill_tokens else 0.0,
-        "prompt_per_second": round(stats.prefill_tokens / stats.prefill_s, 3) if stats.prefill_s > 0 else 0.0,
-        "predicted_n": stats.tokens, "predicted_ms": round(predicted_ms, 3),
-        "predicted_per_token_ms": round(predicted_ms / stats.tokens, 3) if stats.tokens else 0.0,
-        "predicted_per_second": round(stats.tokens * 1000 / predicted_ms, 3) if predicted_ms > 0 else 0.0,
-        "draft_n": stats.drafted, "draft_n_accepted": stats.accepted,
-    }
-
-
-def usage(n_prompt: int, stats: Stats) -> dict:
-    return {"prompt_tokens": n_prompt, "completion_tokens": stats.tokens,
-            "total_tokens": n_prompt + stats.tokens,
-            "prompt_tokens_details": {"cached_tokens": cached(n_prompt, stats)}}
-
-
-def cached(n_prompt: int, stats: Stats) -> int:
-    """Prompt tokens the KV cache already held (the last one is always fed
-    with the first batch)."""
-    return max(0, n_prompt - stats.prefill_tokens - 1) if stats.steps else n_prompt - stats.prefill_tokens
-
-
-@dataclass
-class Reply:
-    """Everything a response says about one finished (or running) request."""
-
-    req: Request
-    model: str
-    proposer: str
-    seed: int
-    n_prompt: int
-    truncated: bool = False
-    rid: str = ""
-    created: int = field(default_factory=lambda: int(time.time()))
-
-    def __post_init__(self):
-        self.rid = self.rid or new_id(self.req.kind)
-
-    def extras(self, stats: Stats) -> dict:
-        n_cached = cached(self.n_prompt, stats)
-        out = {"speculation": speculation(stats, self.proposer, self.seed), "timings": timings(stats, n_cached)}
-        g = self.req.grammar
-        if g is not None:  # what constrained the output, and what of it was not enforced
-            out["constraint"] = {"kind": g.spec.kind, "field": g.spec.where, "strict": g.spec.strict,
-                                 "warnings": list(g.warnings), "compile_ms": round(g.compile_s * 1000, 3)}
-        return out
-
-    def full(self, text: str, finish: str | None, stats: Stats, stop_type: str | None = None) -> dict:
-        """The non-streamed response."""
-        if self.req.kind == "infill":
-            return self.infill(text, finish, stats, final=True, stop_type=stop_type)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(finish, "stop"), "logprobs": None}
-        extra: dict[str, Any] = {}
-        if self.req.kind == "chat":
-            choice["message"] = {"role": "assistant", "content": text}
-            if self.req.tools is not None:
-                from ..core.tools import parse
-
-                parsed = parse(text, self.req.tools)
-                if parsed.calls:
-                    choice["message"] = {"role": "assistant", "content": parsed.content,
-                                         "tool_calls": list(parsed.calls)}
-                    choice["finish_reason"] = "tool_calls"
-                    extra["tool_call_form"] = parsed.form  # the template's syntax, or a form it read besides
-            obj = "chat.completion"
-        else:
-            choice["text"] = text
-            obj = "text_completion"
-        return {"id": self.rid, "object": obj, "created": self.created, "model": self.model,
-                "choices": [choice], "usage": usage(self.n_prompt, stats), **self.extras(stats), **extra}
-
-    def tool_chunk(self, calls) -> dict:
-        """The streamed tool calls, each whole in one delta (OpenAI's clients
-        join deltas by `index`)."""
-        delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}
-        return {"id": self.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}]}
-
-    def chunk(self, text: str | None, finish: str | None, stats: Stats | None = None, *,
-              first: bool = False, stop_type: str | None = None, segments=None) -> dict:
-        """One streamed chunk: text, or the final one with the finish reason.
-        `segments`, the text by origin ((piece, drafted?) pairs), go out as
-        the extension field `spec_segments` ([{"text", "drafted"}], which
-        OpenAI clients ignore): drafted is true for text the draft proposed
-        and the target accepted, false for the target's own tokens."""
-        if self.req.kind == "infill":
-            return self.infill(text or "", finish, stats, final=stats is not None, stop_type=stop_type)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(finish) if stats is not None else None,
-                                  "logprobs": None}
-        if self.req.kind == "chat":
-            delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
-            if text:
-                delta["content"] = text
-            choice["delta"] = delta
-            obj = "chat.completion.chunk"
-        else:
-            choice["text"] = text or ""
-            obj = "text_completion"
-        out = {"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": [choice]}
-        if segments:
-            out["spec_segments"] = [{"text": piece, "drafted": bool(drafted)} for piece, drafted in segments]
-        if stats is not None:
-            out.update(self.extras(stats))
-        return out
-
-    def usage_chunk(self, stats: Stats) -> dict:
-        obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
-        return {"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": [],
-                "usage": usage(self.n_prompt, stats)}
-
-    def infill(self, text: str, finish: str | None, stats: Stats | None, *, final: bool,
-               stop_type: str | None = None) -> dict:
-        """llama-server's /infill response (or one streamed piece of it).
-        `stop_type` as llama-server's ("eos", "word", "limit": a token
-        budget, the context, n_indent, a time limit, the suffix repeated);
-        `tokens_cached`: the tokens the context holds after it, the prompt's
-        and the completion's."""
-        out: dict[str, Any] = {"content": text, "stop": final, "model": self.model}
-        if final and stats is not None:
-            stop_type = stop_type or ("none" if finish in ("cancelled", "interrupted") else "limit")
-            out.update({
-                "tokens_predicted": stats.tokens, "tokens_evaluated": self.n_prompt,
-                "tokens_cached": self.n_prompt + stats.tokens,
-                "truncated": self.truncated, "stop_type": stop_type, "has_new_line": "\n" in text,
-                "finish_reason": FINISH.get(finish, "stop"), **self.extras(stats)})
-        if final and self.req.response_fields:
-            return pick_fields(out, self.req.response_fields)
-        return out
-
-
-def pick_fields(obj: dict, paths: list[str]) -> dict:
-    """llama-server's `response_fields`: each path ("timings/prompt_n")
-    that exists, as a flat key."""
-    out = {}
-    for path in paths:
-        node: Any = obj
-        for part in path.split("/"):
-            if not isinstance(node, dict) or part not in node:
-                break
-            node = node[part]
-        else:
-            out[path] = node
-    return out

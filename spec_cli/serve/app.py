@@ -23,7 +23,8 @@ from starlette.routing import Route
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 from .access import READ_S
 from ..core.tools import StreamFilter
-from .api import ApiError, Reply, Request, internal, parse_chat, parse_completion, parse_infill
+from .api import ApiError, Request, internal, parse_chat, parse_completion, parse_infill
+from .replies import Reply
 from .worker import Job, Worker
 
 COMPILE_S = 10.0    # seconds a request's schema or grammar may take to compile

@@ -39,7 +39,9 @@ from ..run.engine import GenConfig, Generation
 from ..run.runner import Pair
 from ..run.session import Session
 from ..run.suffix import Store
-from .api import ApiError, Reply, Request, internal, shutting_down
+from .api import ApiError, Request, internal, shutting_down
+from .constrain import compile_for, tool_spec
+from .replies import Reply
 from .metrics import Metrics
 
 log = logging.getLogger("spec_cli.serve")
@@ -196,39 +198,12 @@ class Worker:
                            kind="unavailable_error", headers={"Retry-After": str(retry)})
 
     def compile(self, spec):
-        """`spec` (core.constraint.Spec) compiled against the target's
-        vocabulary: called from a request's own thread, beside the rounds
-        (llguidance drops the GIL while it compiles, and its limits bound it)."""
-        from ..core.constraint import compile_spec
-
-        t = self.pair.target
-        return compile_spec(spec, t.vocab.grammar_tokenizer(), t.n_vocab)
+        """`spec` compiled against the target (constrain.compile_for), from a request's own thread."""
+        return compile_for(self.pair.target, spec)
 
     def tool_spec(self, use, answer=None):
-        """The constraint of a request's tools (core.tools.ToolUse) in the
-        target's own tool-call syntax, a reply that calls none following
-        `answer` (the response_format's Spec, if any); or None: tool_choice
-        "none", or "auto" with a chat template that defines no syntax (then
-        only the forms small models write anyway are read: core.tools.parse)."""
-        import json
-
-        from ..core.constraint import Spec
-        from ..core.tools import family_of, grammar
-
-        if use.choice == "none":
-            return answer
-        vocab = self.pair.target.vocab
-        family = family_of(vocab.chat_template())
-        if family is None:
-            if use.choice == "auto":
-                return answer
-            raise ApiError(400, f"tool_choice {use.choice!r} needs a tool-call syntax, and "
-                                f"{self.cfg.model}'s chat template defines none", param="tool_choice")
-        special = {m: vocab.special_id(m) for m in ("<tool_call>", "</tool_call>", "[TOOL_CALLS]")}
-        special = {m: t for m, t in special.items() if t is not None}
-        schema = None if answer is None else {"type": "object"} if answer.kind == "json_object" else json.loads(answer.text)
-        return Spec("lark", grammar(use, family, special, schema), "tools" if answer is None
-                    else f"tools and {answer.where}", strict=False)
+        """The constraint of a request's tools (constrain.tool_spec)."""
+        return tool_spec(self.pair.target.vocab, self.cfg.model, use, answer)
 
     def submit(self, job: Job) -> None:
         with self._cv:
