@@ -2,12 +2,14 @@
 
 Where a JSON schema or grammar admits a single continuation (a key name,
 `": "`, a closing brace) its tokens are known before the target runs:
-`GrammarDrafts` offers them as one more candidate beside the proposer it
-wraps, for the policy to weigh like any other (they cost no drafting and
-are nearly always accepted: the target picks among the masked row's legal
-tokens, and a forced text can sometimes be tokenized two ways).  What the
+`GrammarDrafts` offers them first, beside the proposer it wraps, as a
+`sure` candidate that the policy drafts whole: they cost no drafting and
+are nearly always accepted (the target picks among the masked row's legal
+tokens, and a forced text can sometimes be tokenized two ways), and k + 1
+rows in one batch never cost more than k + 1 single steps.  What the
 wrapped proposer drafts is cut where the constraint refuses a token by the
-engine (engine.step, run/batch.py), before it costs a verify row.
+engine (engine.legal_draft, in engine.step and run/batch.py), before it
+costs a verify row.
 """
 
 from __future__ import annotations
