@@ -126,7 +126,7 @@ def test_a_masked_row_refuses_exactly_what_the_mask_refuses_and_greedy_skips_the
 def _rule(tokenizer, spec, sampling, seed, rule="gumbel"):
     c = grammar(tokenizer, spec).start()
     out = SimpleNamespace(produced=0, cfg=SimpleNamespace(margins=False))
-    return c, out, _masked_rule(Decoding(sampling, seed, rule), out, c)
+    return c, out, _masked_rule(Decoding(sampling, seed, rule, c), out)
 
 
 def test_a_greedy_draft_is_cut_before_a_refused_token_and_the_state_ends_at_the_output(tokenizer):
@@ -154,7 +154,7 @@ def _first_two(tokenizer, rows, p, rule, n, seed0, pick_rule=_masked_rule):
     for i in range(n):
         c = g.start()
         out = SimpleNamespace(produced=0, cfg=SimpleNamespace(margins=False))
-        pick = pick_rule(Decoding(sampling, seed0 + i, rule), out, c)
+        pick = pick_rule(Decoding(sampling, seed0 + i, rule, c), out)
         draft = [int(rng.choice(V, p=p[j])) for j in range(2)]
         prop = Proposal(draft, probs=p)
         draft = legal_draft(pick, draft, prop)
@@ -197,11 +197,11 @@ def test_sampled_output_follows_the_masked_target_whatever_was_drafted(tokenizer
     assert fits, f"{rule}: chi2 {stat:.1f} > {crit:.1f}"
 
 
-def _no_residual_at_the_cut(decoding, out, constraint):
+def _no_residual_at_the_cut(decoding, out):
     """A wrong rule: a sampled draft cut before its refused token, the
     correction drawn from the masked row (not the residual)."""
-    pick = _masked_rule(decoding, out, constraint)
-    pick.legal = lambda draft, prop: constraint.legal(draft)
+    pick = _masked_rule(decoding, out)
+    pick.legal = lambda draft, prop: decoding.constraint.legal(draft)
     return pick
 
 

@@ -139,10 +139,9 @@ def compile_constraint(pair, spec):
     """`spec` compiled against the loaded target's vocabulary (None: none)."""
     if spec is None:
         return None
-    from ..core.constraint import compile_spec
+    from ..llama.grammar import compile_for
 
-    t = pair.target
-    return compile_spec(spec, t.vocab.grammar_tokenizer(), t.n_vocab)
+    return compile_for(pair.target.vocab, spec)
 
 
 def sampling(temp: float, top_k: int = DEFAULT_TOP_K, top_p: float = DEFAULT_TOP_P,

@@ -18,6 +18,30 @@ from .lib import llama_cpp
 SPECIAL = b"\xff"  # llguidance's mark of a special token's bytes
 
 
+def is_special(attr: int, piece: bytes) -> bool:
+    """Whether llguidance reads a token as special: a control token, or a
+    user-defined one written like `<tool_call>`."""
+    lib = llama_cpp
+    return bool(attr & lib.LLAMA_TOKEN_ATTR_CONTROL
+                or (attr & lib.LLAMA_TOKEN_ATTR_USER_DEFINED and piece.startswith(b"<") and piece.endswith(b">")))
+
+
+def special_id(vocab, text: str) -> int | None:
+    """The id of the special token (as llguidance reads them) whose text is
+    `text`, else None: core/tools.py's markers."""
+    ids = vocab.tokenize(text, add_special=False, parse_special=True)
+    if len(ids) != 1:
+        return None
+    return ids[0] if is_special(llama_cpp.llama_vocab_get_attr(vocab.handle, ids[0]), text.encode()) else None
+
+
+def compile_for(vocab, spec):
+    """`spec` (core.constraint.Spec) compiled against `vocab`."""
+    from ..core.constraint import compile_spec
+
+    return compile_spec(spec, vocab.grammar_tokenizer(), vocab.n_vocab)
+
+
 def tokenizer(vocab):
     """llguidance's LLTokenizer for `vocab` (llama.vocab.Vocab)."""
     try:
@@ -26,15 +50,14 @@ def tokenizer(vocab):
         raise SpecError(f"constraints need the llguidance package ({e})",
                         hint="Reinstall spec-cli: pip install -e .") from None
     handle, lib = vocab.handle, llama_cpp
-    control, user = lib.LLAMA_TOKEN_ATTR_CONTROL, lib.LLAMA_TOKEN_ATTR_USER_DEFINED
     buf = ctypes.create_string_buffer(16 * 1024)
     tokens, eog = [], []
     for t in range(vocab.n_vocab):
         n = lib.llama_token_to_piece(handle, t, buf, len(buf), 0, True)
         if n < 0:
             raise SpecError(f"{vocab.name}: token {t}'s text is over {len(buf)} bytes")
-        piece, attr = buf.raw[:n], lib.llama_vocab_get_attr(handle, t)
-        if attr & control or (attr & user and piece.startswith(b"<") and piece.endswith(b">")):
+        piece = buf.raw[:n]
+        if is_special(lib.llama_vocab_get_attr(handle, t), piece):
             piece = SPECIAL + piece
         tokens.append(piece)
         if lib.llama_vocab_is_eog(handle, t):

@@ -68,15 +68,6 @@ class Vocab:
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
-    def special_id(self, text: str) -> int | None:
-        """The id of the special token whose text is `text` (a control or
-        user-defined token, as llguidance reads them: core/tools.py's markers), else None."""
-        ids = self.tokenize(text, add_special=False, parse_special=True)
-        if len(ids) != 1:
-            return None
-        attr = llama_cpp.llama_vocab_get_attr(self._vocab, ids[0])
-        return ids[0] if attr & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED) else None
-
     @property
     def handle(self):
         """llama.cpp's vocabulary pointer (llama/grammar.py builds llguidance's tokenizer from it)."""

@@ -212,8 +212,8 @@ class Generation:
 
             self.proposer = proposer = GrammarDrafts(proposer, self.constraint)
         # with top-k, llama.cpp's sampler leaves each verify row's candidates
-        # only, unless bench's margins, the residual rule or a constraint read whole rows
-        self.candidates_k = decoding.candidates_k if not cfg.margins and self.constraint is None else None
+        # only, unless bench's margins, the residual rule or a constraint (Decoding) read whole rows
+        self.candidates_k = decoding.candidates_k if not cfg.margins else None
         self.prefill = (0, 0.0)  # prompt tokens evaluated, and the seconds: the first Step carries them
         # --deterministic: keep target batches where their logits are bitwise one-token logits
         draft_max = cfg.draft_max
@@ -222,8 +222,7 @@ class Generation:
         self.draft_max = draft_max
         self.policy = _policy(target, proposer, draft_max, cfg.clock) if cfg.adaptive and draft_max > 0 else None
         self.out = _Output(target, cfg)
-        self.pick = _rule(decoding, self.out) if self.constraint is None else masked_rule(
-            decoding, self.out, self.constraint)
+        self.pick = _rule(decoding, self.out) if self.constraint is None else masked_rule(decoding, self.out)
         self._mask_s = 0.0  # the constraint's seconds at the last settle
         self.context = prompt
 

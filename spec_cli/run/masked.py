@@ -12,7 +12,7 @@ from ..core.sampling import choose, probs as to_probs
 from ..core.verify import verify, verify_choices
 
 
-def masked_rule(decoding: Decoding, out, constraint):
+def masked_rule(decoding: Decoding, out):
     """The rule under a constraint (core/constraint.py): row i is masked by
     the constraint's state after the draft's first i tokens, and the rule
     runs on the masked rows -- the coupled rule reads them one at a time, up
@@ -21,7 +21,7 @@ def masked_rule(decoding: Decoding, out, constraint):
     it; the residual rule masks every row first.  The constraint ends at the
     tokens emitted.  No fast path reads a row unmasked: there is no
     pick.alone, and the rows are whole (Generation.candidates_k)."""
-    sampling, seed = decoding.sampling, decoding.seed
+    sampling, seed, constraint = decoding.sampling, decoding.seed, decoding.constraint
     keep = [] if out.cfg.margins else None  # the masked rows read, for bench's margins (pick.rows)
     if sampling.greedy or decoding.rule == "gumbel":
         def pick(logits, draft, prop):

@@ -8,14 +8,9 @@ from __future__ import annotations
 
 import json
 
-from ..core.constraint import Spec, compile_spec
+from ..core.constraint import Spec
 from ..core.tools import family_of, grammar
 from .api import ApiError
-
-
-def compile_for(target, spec: Spec):
-    """`spec` compiled for `target` (llama.Model)."""
-    return compile_spec(spec, target.vocab.grammar_tokenizer(), target.n_vocab)
 
 
 def tool_spec(vocab, model: str, use, answer: Spec | None = None) -> Spec | None:
@@ -32,7 +27,9 @@ def tool_spec(vocab, model: str, use, answer: Spec | None = None) -> Spec | None
             return answer
         raise ApiError(400, f"tool_choice {use.choice!r} needs a tool-call syntax, and {model}'s chat template "
                             "defines none", param="tool_choice")
-    special = {m: vocab.special_id(m) for m in ("<tool_call>", "</tool_call>", "[TOOL_CALLS]")}
+    from ..llama.grammar import special_id
+
+    special = {m: special_id(vocab, m) for m in ("<tool_call>", "</tool_call>", "[TOOL_CALLS]")}
     special = {m: t for m, t in special.items() if t is not None}
     schema = None if answer is None else {"type": "object"} if answer.kind == "json_object" else json.loads(answer.text)
     return Spec("lark", grammar(use, family, special, schema),

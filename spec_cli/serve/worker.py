@@ -40,7 +40,7 @@ from ..run.runner import Pair
 from ..run.session import Session
 from ..run.suffix import Store
 from .api import ApiError, Request, internal, shutting_down
-from .constrain import compile_for, tool_spec
+from .constrain import tool_spec
 from .replies import Reply
 from .metrics import Metrics
 
@@ -198,8 +198,10 @@ class Worker:
                            kind="unavailable_error", headers={"Retry-After": str(retry)})
 
     def compile(self, spec):
-        """`spec` compiled against the target (constrain.compile_for), from a request's own thread."""
-        return compile_for(self.pair.target, spec)
+        """`spec` compiled against the target's vocabulary, from a request's own thread."""
+        from ..llama.grammar import compile_for
+
+        return compile_for(self.pair.target.vocab, spec)
 
     def tool_spec(self, use, answer=None):
         """The constraint of a request's tools (constrain.tool_spec)."""

@@ -292,10 +292,11 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
                 if v.label not in runs:
                     runs[v.label] = _variant(pair, tokens, item_base, v, seed, base)
                 pairs[v.label].append((base, runs[v.label]))
+        constrained = any(it["schema"] is not None or it["grammar"] is not None for it in items)
         for v in variants:
             coupled = gen_base.sampling.greedy or v.rule == "gumbel"
             sets.append(summarise(str(path), v.label, pairs[v.label], coupled=coupled))
-            if any(it["schema"] is not None or it["grammar"] is not None for it in items):
+            if constrained:
                 sets[-1]["refused"] = refused  # the constraints the engine could not compile
                 sets[-1]["compiled"] = len(items) - len(refused)
             if peer is not None:
@@ -346,14 +347,14 @@ def _one(pair, tokens, cfg, proposer) -> Run:
 
 def _constraint(pair, item: dict):
     """The item's schema or grammar compiled for the target (None: none)."""
-    from ...core.constraint import Spec, compile_spec
+    from ...core.constraint import Spec
+    from ...llama.grammar import compile_for
 
     if item["schema"] is None and item["grammar"] is None:
         return None
     spec = (Spec.json_schema(item["schema"], f"{item['id']} schema") if item["schema"] is not None
             else Spec("gbnf", item["grammar"], f"{item['id']} grammar"))
-    t = pair.target
-    return compile_spec(spec, t.vocab.grammar_tokenizer(), t.n_vocab)
+    return compile_for(pair.target.vocab, spec)
 
 
 def _valid(text: str, spec) -> tuple[bool, bool | None]:
