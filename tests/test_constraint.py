@@ -238,3 +238,8 @@ def test_forced_tokens_come_first_and_sure_and_a_draft_model_that_would_read_the
     # the policy drafts a sure candidate whole, where a plain step would look better on its costs
     policy = Policy(CostModel.from_timings({1: 0.05, 2: 0.2, 4: 0.4, 8: 0.8, 17: 1.7}, 17), k_max=16)
     assert policy.choose(cands, 16) == (cands[0], len(c.forced()))
+
+
+def test_a_schema_nested_past_what_json_parses_says_so():
+    with pytest.raises(ConstraintError, match="nested more than"):
+        Spec.json_schema('{"type":"array","items":' * 5000 + "{}" + "}" * 5000)

@@ -316,3 +316,13 @@ def test_a_tool_call_round_trip_with_the_openai_client(qwen_server):
     r = c.chat.completions.create(model="m", messages=msgs, tools=WEATHER, tool_choice="none", temperature=0,
                                   max_tokens=60)
     assert "18" in r.choices[0].message.content and r.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.pair
+def test_tools_whose_grammar_is_over_the_limits_are_a_400_naming_tools(qwen_server):
+    huge = [{"type": "function", "function": {"name": "pick", "parameters": {
+        "type": "object", "properties": {"v": {"enum": list(range(300_000))}}}}}]
+    status, reply, _ = qwen_server.post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Pick one."}], "tools": huge, "tool_choice": "required",
+        "max_tokens": 4})
+    assert status == 400 and reply["error"]["param"] == "tools" and "bytes" in reply["error"]["message"], reply

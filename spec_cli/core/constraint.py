@@ -103,7 +103,9 @@ class Spec:
 def _check_schema(text: str, where: str) -> None:
     try:
         schema = json.loads(text)
-    except (ValueError, RecursionError) as e:
+    except RecursionError:  # valid JSON, nested past what the parser follows
+        raise ConstraintError(where, f"the schema is nested more than {MAX_DEPTH} deep") from None
+    except ValueError as e:
         raise ConstraintError(where, f"not valid JSON ({str(e)[:120]})") from None
     if not isinstance(schema, (dict, bool)):
         raise ConstraintError(where, f"a JSON schema must be an object, not {type(schema).__name__}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from ..core.constraint import Spec
+from ..core.constraint import ConstraintError, Spec
 from ..core.tools import family_of, grammar
 from .api import ApiError
 
@@ -32,5 +32,8 @@ def tool_spec(vocab, model: str, use, answer: Spec | None = None) -> Spec | None
     special = {m: special_id(vocab, m) for m in ("<tool_call>", "</tool_call>", "[TOOL_CALLS]")}
     special = {m: t for m, t in special.items() if t is not None}
     schema = None if answer is None else {"type": "object"} if answer.kind == "json_object" else json.loads(answer.text)
-    return Spec("lark", grammar(use, family, special, schema),
-                "tools" if answer is None else f"tools and {answer.where}", strict=False)
+    where = "tools" if answer is None else f"tools and {answer.where}"
+    try:  # the grammar is checked as any other (its size, from the tools' schemas)
+        return Spec("lark", grammar(use, family, special, schema), where, strict=False)
+    except ConstraintError as e:
+        raise ApiError(400, e.message, param="tools") from None
