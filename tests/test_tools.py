@@ -69,6 +69,19 @@ def test_a_typed_answer_or_a_call_and_nothing_else(tokenizer):
     assert c.legal([CALL]) == 1
 
 
+def test_a_strict_tool_refuses_what_the_engine_cannot_enforce_and_a_lenient_one_reports_it(tokenizer):
+    from spec_cli.core.constraint import ConstraintError
+
+    params = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
+    loose = ToolUse((Tool("tag", "", params),), "required")
+    text = grammar(loose, "hermes", {"<tool_call>": CALL, "</tool_call>": END})
+    assert any("uniqueItems" in w for w in compile_spec(Spec("lark", text, "tools"), tokenizer, len(TOY.tokens)).warnings)
+    strict = ToolUse((Tool("tag", "", params, strict=True),), "required")
+    text = grammar(strict, "hermes", {"<tool_call>": CALL, "</tool_call>": END})
+    with pytest.raises(ConstraintError, match="uniqueItems"):
+        compile_spec(Spec("lark", text, "tools"), tokenizer, len(TOY.tokens))
+
+
 @pytest.mark.parametrize("family", ["llama3", "mistral"])
 def test_the_other_families_grammars_compile_and_constrain(tokenizer, family):
     c = matcher(tokenizer, ToolUse((WEATHER,), "required"), family)
@@ -145,6 +158,7 @@ def test_the_tool_fields_are_read_and_checked():
 @pytest.mark.parametrize("fields, param", [
     ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools[0]"),
     ({"tools": TOOLS * 2}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]}, "tools[0].function.strict"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "other"}}}, "tool_choice"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]}, "tools[0].function.parameters"),

@@ -30,10 +30,11 @@ NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 MAX_TOOLS = 128
 # JSON inside a call laid out as core/constraint.py lays out a schema's; a
 # tool's parameters are enforced as far as the engine can (OpenAI's functions
-# are not strict unless they say so): the keywords it cannot enforce are
-# the compiled grammar's warnings, which the response shows
-LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ",
-          "lenient": True, "coerce_one_of": True}
+# are not strict unless they say so: LENIENT): the keywords it cannot enforce
+# are the compiled grammar's warnings, which the response shows; a strict
+# function's are refused
+LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+LENIENT = {"lenient": True, "coerce_one_of": True}
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Tool:
     name: str
     description: str = ""
     parameters: dict | None = None   # a JSON schema of the arguments (None: any object)
+    strict: bool = False             # OpenAI's function.strict: every keyword enforced, or a 400
 
     def as_openai(self) -> dict:
         fn: dict = {"name": self.name}
@@ -59,6 +61,12 @@ class ToolUse:
     choice: str = "auto"
     name: str | None = None
     parallel: bool = True
+
+    @property
+    def strict(self) -> bool:
+        """A tool said `strict`: the calls' schemas are compiled strictly
+        (the engine has one grammar for them all)."""
+        return any(t.strict for t in self.tools)
 
     @property
     def calls(self) -> tuple[Tool, ...]:
@@ -92,16 +100,18 @@ def call_schema(tool: Tool, family: str) -> dict:
             "required": ["name", key], "additionalProperties": False}
 
 
-def _json(schema: dict) -> str:
-    return "%json " + json.dumps({**schema, "x-guidance": LAYOUT})
+def _json(schema: dict, strict: bool) -> str:
+    return "%json " + json.dumps({**schema, "x-guidance": LAYOUT if strict else {**LAYOUT, **LENIENT}})
 
 
-def grammar(use: ToolUse, family: str, special: dict[str, int], answer: dict | None = None) -> str:
+def grammar(use: ToolUse, family: str, special: dict[str, int], answer: dict | None = None,
+            answer_strict: bool = False) -> str:
     """The Lark grammar of a reply under `use` in `family`'s syntax.
     `special`: the ids of the family's marker tokens where the vocabulary
     has them as special tokens (else the markers are text).  `answer`: the
     JSON schema a reply that calls no tool must follow (the request's
-    response_format: an agent that wants a typed answer), else any text."""
+    response_format: an agent that wants a typed answer; `answer_strict`:
+    its `strict`), else any text."""
     one = {"anyOf": [call_schema(t, family) for t in use.calls]}
     free = use.choice == "auto"
     if answer is not None:
@@ -109,7 +119,8 @@ def grammar(use: ToolUse, family: str, special: dict[str, int], answer: dict | N
         if not free:
             return body
         head, rest = body.split("\n", 1)
-        return "\n".join([head.replace("start: ", "start: answer | "), rest, f"answer: {_json(answer)}"])
+        return "\n".join([head.replace("start: ", "start: answer | "), rest,
+                          f"answer: {_json(answer, answer_strict)}"])
 
     def marker(text: str) -> str:
         return f"<[{special[text]}]>" if text in special else json.dumps(text)
@@ -119,16 +130,16 @@ def grammar(use: ToolUse, family: str, special: dict[str, int], answer: dict | N
         # a newline between blocks, and one may end the reply (the model's wont)
         calls = 'block ("\\n" block)* "\\n"?' if use.parallel else 'block "\\n"?'
         start = "start: TEXT? calls?" if free else "start: calls"
-        return "\n".join([start, f"calls: {calls}", f"block: {block}", f"call: {_json(one)}",
+        return "\n".join([start, f"calls: {calls}", f"block: {block}", f"call: {_json(one, use.strict)}",
                           "TEXT: /(.|\\n)+/"])
     if family == "mistral":
         many = {"type": "array", "items": one, "minItems": 1, **({} if use.parallel else {"maxItems": 1})}
         start = "start: TEXT | calls" if free else "start: calls"
-        return "\n".join([start, f'calls: {marker("[TOOL_CALLS]")} call', f"call: {_json(many)}",
+        return "\n".join([start, f'calls: {marker("[TOOL_CALLS]")} call', f"call: {_json(many, use.strict)}",
                           "TEXT: /[^\\[](.|\\n)*/"])
     # llama3: one JSON call as the whole reply; text may not start with "{"
     start = "start: TEXT | call" if free else "start: call"
-    return "\n".join([start, f"call: {_json(one)}", "TEXT: /[^{](.|\\n)*/"])
+    return "\n".join([start, f"call: {_json(one, use.strict)}", "TEXT: /[^{](.|\\n)*/"])
 
 
 # -- reading a reply --------------------------------------------------------------

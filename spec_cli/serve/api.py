@@ -322,7 +322,10 @@ def _tools(body: dict) -> ToolUse | None:
         description = fn.get("description") or ""
         if not isinstance(description, str):
             raise bad(f"tools[{i}].function.description", "must be a string")
-        defined.append(Tool(fn["name"], description, params))
+        strict = fn.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise bad(f"tools[{i}].function.strict", "must be true or false")
+        defined.append(Tool(fn["name"], description, params, strict is True))
     if len({t.name for t in defined}) < len(defined):
         raise bad("tools", "names a function twice")
     parallel = _bool(body, "parallel_tool_calls", True)

@@ -33,7 +33,9 @@ def tool_spec(vocab, model: str, use, answer: Spec | None = None) -> Spec | None
     special = {m: t for m, t in special.items() if t is not None}
     schema = None if answer is None else {"type": "object"} if answer.kind == "json_object" else json.loads(answer.text)
     where = "tools" if answer is None else f"tools and {answer.where}"
+    strict = use.strict and (answer is None or answer.strict)
     try:  # the grammar is checked as any other (its size, from the tools' schemas)
-        return Spec("lark", grammar(use, family, special, schema), where, strict=False)
+        return Spec("lark", grammar(use, family, special, schema, answer is not None and answer.strict), where,
+                    strict=strict)
     except ConstraintError as e:
         raise ApiError(400, e.message, param="tools") from None
