@@ -13,6 +13,7 @@ import sys
 import typer
 
 from ..errors import SpecError
+from .batch import batch
 from .bench import bench, report
 from .chat import chat
 from .complete import complete
@@ -31,7 +32,7 @@ def _short(command) -> str:
     return " ".join((command.__doc__ or "").strip().split("\n\n")[0].split())
 
 
-for command in (generate, chat, complete, serve, bench, report):
+for command in (generate, chat, complete, serve, batch, bench, report):
     app.command(short_help=_short(command))(command)
 app.command("rpc-server", short_help=_short(rpc_server))(rpc_server)
 app.add_typer(models_app, name="models")

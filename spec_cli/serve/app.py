@@ -110,7 +110,7 @@ class _Routes:
             spec = req.constraint if req.tools is None else self.worker.tool_spec(req.tools, req.constraint)
             if spec is not None:
                 req.grammar = await self.compile(spec)
-            return await self.serve(request, Job(req, asyncio.get_running_loop()))
+            return await self.serve(request, Job.on_loop(req, asyncio.get_running_loop()))
         return handle
 
     async def compile(self, spec):

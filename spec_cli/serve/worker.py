@@ -98,18 +98,27 @@ class ServeConfig:
 
 
 class Job:
-    """One request: events go from the worker thread to the event loop as
-    ("start", Reply) | ("step", ((text, drafted?), ...)) | ("done", Session) | ("error", ApiError)."""
+    """One request: the worker thread hands its events to `post` as
+    ("start", Reply) | ("step", ((text, drafted?), ...)) | ("done", Session) | ("error", ApiError);
+    `post` must not block.  The server's jobs post to the event loop
+    (`on_loop`); `spec-cli batch`'s to a queue its main thread reads."""
 
-    def __init__(self, req: Request, loop: asyncio.AbstractEventLoop):
-        self.req, self.loop = req, loop
-        self.events: asyncio.Queue = asyncio.Queue()
+    def __init__(self, req: Request, post: Callable[[str, object], None]):
+        self.req, self.post = req, post
         self.cancel = threading.Event()
         self.queued_at = time.monotonic()
 
+    @classmethod
+    def on_loop(cls, req: Request, loop: asyncio.AbstractEventLoop) -> "Job":
+        """A job whose events go to `job.events`, an asyncio queue on `loop`."""
+        events: asyncio.Queue = asyncio.Queue()
+        job = cls(req, lambda kind, payload: loop.call_soon_threadsafe(events.put_nowait, (kind, payload)))
+        job.events = events
+        return job
+
     def emit(self, kind: str, payload) -> None:
         try:
-            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, payload))
+            self.post(kind, payload)
         except RuntimeError:  # the loop is closed: nobody is listening
             self.cancel.set()
 
@@ -303,7 +312,7 @@ class Worker:
         tokens, truncated, where = self._prompt(req, n_ctx - room)
         if len(tokens) >= n_ctx:
             raise ApiError(400, f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}: "
-                                "shorten it, or restart the server with a larger --ctx", param=where)
+                                "shorten it, or run with a larger --ctx", param=where)
         seq, cached = self._slot_for(tokens, coming)
         if cached is not None:
             if pair.swap_seq(cached, seq, self._spare):  # the two slots' caches, recency and all, change places
