@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -19,7 +19,8 @@ from ..errors import SpecError
 from ..run.config import PairConfig
 from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, DEFAULT_TARGET, Ctx, Deterministic, Draft,
                      DraftGpuLayers, DraftMax, Fixed, GpuLayers, MaxTokens, MinP, PMin, ProposerName, Quiet, Rpc,
-                     Rule, Seed, Target, TensorSplit, Temp, Threads, TopK, TopP, load, placement, sampling)
+                     Rule, Seed, Target, TensorSplit, Temp, Threads, TopK, TopP, load, placement, sampling,
+                     Parallel, Raw, Stops, System)
 
 
 def batch(
@@ -32,22 +33,15 @@ def batch(
                                "beside each prompt). Default for a file: stdout.")] = None,
     ordered: Annotated[bool, typer.Option("--ordered", help="Write the answers in input order (default: as "
                                                             "they finish, each with its custom_id).")] = False,
-    parallel: Annotated[int, typer.Option(
-        "--parallel", "-np", min=1, max=64, metavar="N",
-        help="Requests generated at once, all in one target batch a step (each costs a --ctx of KV cache "
-             "in each model).")] = 8,
+    parallel: Parallel = 8,
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P,
     seed: Seed = None, max_tokens: MaxTokens = 256,
-    system: Annotated[Optional[str], typer.Option("--system", help="System message for plain prompts.")] = None,
-    raw: Annotated[bool, typer.Option("--raw", help="Plain prompts without the chat template: each text "
-                                                    "continued as is.")] = False,
-    stop: Annotated[List[str], typer.Option("--stop", help="Plain prompts stop at this string (repeatable).")] = [],
+    system: System = None, raw: Raw = False, stop: Stops = [],
     draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0, ctx: Ctx = 4096, threads: Threads = 0,
     rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a summary as one JSON object on stdout "
-                                                         "(needs -o for a file of requests).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
 ) -> None:
     """Run a file of requests, every one in the same engine batch: the
     models load once, up to --parallel requests share each target batch,
@@ -55,8 +49,8 @@ def batch(
     to resume: requests already answered are skipped.
 
     \b
-    The flags --temp ... --stop make each plain prompt a request (as
-    `generate` would run it); a request in OpenAI's batch format keeps its
+    --temp ... --stop make each plain prompt a request as `generate` runs it
+    (--system and --raw too); a request in OpenAI's batch format keeps its
     own fields, as `serve` answers them.
 
     \b
@@ -74,13 +68,13 @@ def batch(
     plan = _Plan.make(source, inputs, output, ordered=ordered, as_json=as_json)
     todo = [item for item in inputs.items if item.custom_id not in plan.answered]
     if todo:
-        spare = parallel > 1 and not deterministic and len(todo) > 1
-        n = min(parallel, len(todo))
+        n = min(parallel, len(todo))  # a spare sequence to move a cache through, as serve has (choose_slot)
+        spare = n > 1 and not deterministic
         cfg = PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
                          **placement(rpc, tensor_split), gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                         p_min=p_min, deterministic=deterministic, seqs=n + (spare and n > 1))
+                         p_min=p_min, deterministic=deterministic, seqs=n + spare)
         summary = _run(plan, todo, cfg, quiet=quiet, rule=rule, draft_max=draft_max, adaptive=not fixed_draft,
-                       spare=spare and n > 1)
+                       spare=spare)
     else:
         summary = plan.summary(to_run=0)
         if not quiet:

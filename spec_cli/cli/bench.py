@@ -52,6 +52,12 @@ def bench(
         help="Send the prompts C at a time instead (C clients, each sending its next prompt when answered, "
              "all running in one batch a step as `serve --parallel C` runs them), e.g. 1,4,8: aggregate "
              "tok/s and per-request latency next to the target alone at the same concurrency.")] = None,
+    batch_file: Annotated[Optional[Path], typer.Option(
+        "--batch", metavar="FILE", help="Time a `spec-cli batch` input (a file of requests or prompts) end to "
+                                        "end instead, as batch runs it: tokens a second in all, the target "
+                                        "alone beside each proposer.")] = None,
+    parallel: Annotated[int, typer.Option("--parallel", "-np", min=1, max=64, metavar="N",
+                                          help="With --batch: requests at once (batch's default).")] = 8,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with a `sets` list.")] = False,
     html: Annotated[Optional[Path], typer.Option(
         "--html", help="Also write the result as one self-contained HTML report with plots.")] = None,
@@ -64,6 +70,7 @@ def bench(
       spec-cli bench
       spec-cli bench -p edits.jsonl --proposer oracle --html report.html
       spec-cli bench --clock gpu-70b --temp 0.8 --json > bench.json
+      spec-cli bench --batch requests.jsonl --parallel 8
     """
     from ..run.bench import DEFAULT_PROMPTS, problems, report, run_bench, variants_from
     from ..run.clock import load_clock
@@ -77,9 +84,17 @@ def bench(
     variants = variants_from(proposer, sweep_draft_max, [check_rule(r) for r in rule])
     if not variants:
         raise SpecError("nothing to compare: give a --proposer other than none")
-    levels = _levels(concurrency, variants, peer, html) if concurrency else None
     needs_draft = any(v.proposer in ("hybrid", "draft") for v in variants)
     base = "hybrid" if needs_draft else "mtp" if any(v.proposer == "mtp" for v in variants) else "ngram"
+    if batch_file is not None:
+        _batch(batch_file, variants, parallel, PairConfig(
+            target=target, draft=draft, proposer=base, ctx=ctx, threads=threads, **placement(rpc, tensor_split),
+            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic,
+            draft_if_it_pays=False, seqs=parallel + (parallel > 1 and not deterministic)),
+            temp=temp, samp=samp, max_tokens=max_tokens, seed=seed, draft_max=draft_max, as_json=as_json,
+            others=bool(concurrency or peer or html or clock or prompts or sweep_draft_max))
+        return
+    levels = _levels(concurrency, variants, peer, html) if concurrency else None
     pair = load(PairConfig(target=target, draft=draft, proposer=base, ctx=ctx, threads=threads,
                            **placement(rpc, tensor_split),
                            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic,
@@ -173,6 +188,44 @@ def _concurrent(pair, files, variants, levels, gen, *, n_prompts, as_json, **met
                      "this is a bug in spec-cli\n" + "\n".join(wrong),
                      "Please report it with the command and the prompt file.")
         raise typer.Exit(2)
+
+
+def _batch(path: Path, variants, parallel: int, cfg: PairConfig, *, temp, samp, max_tokens, seed, draft_max,
+           as_json, others) -> None:
+    """--batch: the file as `spec-cli batch` runs it, the target alone first."""
+    from ..jobs.bench import bench_batch
+    from ..jobs.inputs import Defaults, read
+    from ..run.bench import REFERENCES, machine
+    from ..serve.worker import ServeConfig
+    from ..term import render
+    from ..term.progress import batch_bench_table
+
+    if others:
+        raise SpecError("--batch times a batch file on its own: --prompts, --concurrency, --peer, --html, --clock "
+                        "and --sweep-draft-max go without it")
+    names = [v.proposer for v in variants if v.fixed is None and v.rule == "gumbel"]
+    if len(names) < len(variants) or set(names) & set(REFERENCES):
+        raise SpecError("--batch compares proposers as batch runs them: adaptive, with the gumbel rule, "
+                        f"not {', '.join(REFERENCES)}", hint="Give --proposer hybrid, draft, ngram or mtp.")
+    items = read(path, Defaults(temperature=temp, top_k=samp.top_k, top_p=samp.top_p, min_p=samp.min_p,
+                                max_tokens=max_tokens, seed=seed)).items
+    pair = load(cfg, quiet=as_json)
+    try:
+        serve_cfg = ServeConfig(model=cfg.target, queue=cfg.seqs, draft_max=draft_max, spare=cfg.seqs > parallel)
+        with render.spinner(enabled=not as_json) as progress:
+            try:
+                rows = bench_batch(pair, items, names, serve_cfg, on_progress=progress)
+            except KeyboardInterrupt:
+                raise SpecError("bench interrupted; no results", exit_code=130) from None
+    finally:
+        pair.close()
+    result = {"kind": "batch", "file": str(path), "target": cfg.target, "draft": pair.draft_name,
+              "parallel": parallel, "requests": len(items), "deterministic": cfg.deterministic,
+              "machine": machine(), "rows": rows}
+    if as_json:
+        print(json.dumps(result, indent=1))
+    else:
+        render.wide_err().print(batch_bench_table(result))
 
 
 def _checked(files: List[Path], clock: Optional[str], peer: Optional[str]) -> List[Path]:

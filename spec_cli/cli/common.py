@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Callable, List, Optional
 
 import typer
 
@@ -57,6 +57,13 @@ Rule = Annotated[str, typer.Option(
                    "residual: the classic rule (higher acceptance for a sampled draft; the text then "
                    "depends on the drafts). Both sample the target's distribution exactly.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr but errors.")]
+Parallel = Annotated[int, typer.Option(
+    "--parallel", "-np", min=1, max=64, metavar="N",
+    help="Requests generated at once, each in a KV sequence of its own, all in one target batch a step "
+         "(each costs a --ctx of KV cache in each model).")]
+System = Annotated[Optional[str], typer.Option("--system", help="System message (chat template only).")]
+Raw = Annotated[bool, typer.Option("--raw", help="No chat template: continue the prompt text as is.")]
+Stops = Annotated[List[str], typer.Option("--stop", help="Stop at this string (repeatable).")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of streaming text.")]
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens to generate.")]
 JsonSchema = Annotated[Optional[Path], typer.Option(

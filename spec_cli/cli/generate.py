@@ -6,7 +6,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -17,7 +17,7 @@ from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling
                      Seed, Target, Temp, Threads, TopK, TopP, print_coloured, read_file, read_stdin, run_session,
                      stdout_write,
                      placement, Rpc, TensorSplit, Grammar, JsonObject, JsonSchema, compile_constraint,
-                     constraint_spec)
+                     constraint_spec, Raw, Stops, System)
 
 
 def generate(
@@ -33,9 +33,7 @@ def generate(
     rpc: Rpc = None, tensor_split: TensorSplit = None,
     gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel",
-    stop: Annotated[List[str], typer.Option("--stop", help="Stop at this string (repeatable).")] = [],
-    system: Annotated[Optional[str], typer.Option("--system", help="System message (chat template only).")] = None,
-    raw: Annotated[bool, typer.Option("--raw", help="No chat template: continue the prompt text as is.")] = False,
+    stop: Stops = [], system: System = None, raw: Raw = False,
     json_schema: JsonSchema = None, grammar: Grammar = None, json_object: JsonObject = False,
     quiet: Quiet = False, as_json: Json = False,
 ) -> None:

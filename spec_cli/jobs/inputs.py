@@ -188,7 +188,8 @@ def _unique(path: Path, items: list[Item]) -> list[Item]:
     first: dict[str, Item] = {}
     for item in items:
         if item.custom_id in first:
-            raise SpecError(f"{item.where}: custom_id {item.custom_id!r} was already used at {first[item.custom_id].where}",
+            raise SpecError(f"{item.where}: custom_id {item.custom_id!r} was already used at "
+                            f"{first[item.custom_id].where}",
                             hint="Give each request an id of its own: answers are matched and resumed by it.")
         first[item.custom_id] = item
     return items

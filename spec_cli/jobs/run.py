@@ -85,7 +85,7 @@ def run(worker: Worker, items: list[Item], on_answer: Callable[[Answer], None], 
                 level = stop.level
                 _withdraw(worker, live, on_abandon, started_too=level >= 2)
                 continue
-            while pending and worker.waiting < worker.parallel:
+            while level == 0 and pending and worker.waiting < worker.parallel:
                 item = pending.popleft()
                 job = _hand_over(worker, item, events, on_answer, compiler)
                 if job is not None:

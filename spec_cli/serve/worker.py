@@ -95,6 +95,7 @@ class ServeConfig:
     # the contexts hold one sequence more than the slots, to move a slot's cache
     # through (Pair.swap_seq: choose_slot)
     spare: bool = False
+    proposer: str | None = None  # what drafts for every request (None: the pair's own; bench compares others)
 
 
 class Job:
@@ -325,7 +326,7 @@ class Worker:
             pair.reset()
         sampling = req.sampling
         seed = req.seed if req.seed is not None else secrets.randbits(31)
-        reply = Reply(req, self.cfg.model, pair.config.proposer, seed, len(tokens), truncated)
+        reply = Reply(req, self.cfg.model, self.cfg.proposer or pair.config.proposer, seed, len(tokens), truncated)
         if req.max_tokens == 0:  # llama.vim's warm-up: read the prompt into the cache, write nothing
             job.emit("start", reply)
             job.emit("done", self._prefill_only(pair, tokens))
@@ -336,7 +337,7 @@ class Worker:
                         grammar=req.grammar)
         stops = (EditorStops(n_indent=req.n_indent, suffix=req.input_suffix, t_max_predict_ms=req.t_max_predict_ms)
                  if req.kind == "infill" else None)
-        proposer = pair.new_proposer(store=self.store)
+        proposer = pair.new_proposer(name=self.cfg.proposer, store=self.store)
         session = Session(pair, tokens, gen, proposer, stops=stops, cancelled=job.cancel.is_set)
         stream = self.batch.add(seq, Generation(pair.target, proposer, tokens, gen), editor=req.kind == "infill")
         session.begin()

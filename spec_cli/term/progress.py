@@ -85,3 +85,20 @@ def batch_table(s: dict) -> Table:
     for name, value in rows:
         t.add_row(name, value)
     return t
+
+
+def batch_bench_table(result: dict) -> Table:
+    """`spec-cli bench --batch`: each proposer's run of the file beside the target alone's."""
+    t = Table(title=f"{result['file']}: {result['requests']} requests, {result['parallel']} at once, "
+                    f"{result['target']}" + (f" + {result['draft']}" if result["draft"] else ""),
+              title_justify="left")
+    for name in ("proposer", "answered", "tokens", "seconds", "tok/s in all", "vs none", "accepted",
+                 "same text as none"):
+        t.add_column(name, justify="left" if name == "proposer" else "right")
+    n = result["requests"]
+    for r in result["rows"]:
+        t.add_row(r["proposer"], f"{r['requests']}" + (f" ({r['failed']} failed)" if r["failed"] else ""),
+                  f"{r['tokens']:,}", f"{r['seconds']:.1f}", f"{r['tok_s']:.1f}",
+                  "" if r["vs_none"] is None else f"{r['vs_none']:.2f}x",
+                  "" if r["acceptance"] is None else f"{r['acceptance']:.0%}", f"{r['same_text']}/{n}")
+    return t
