@@ -217,3 +217,23 @@ def test_bench_batch_refuses_what_it_cannot_compare(tmp_path):
         res = subprocess.run([sys.executable, "-m", "spec_cli", "bench", "--batch", str(f), *extra],
                              capture_output=True, text=True, timeout=60)
         assert res.returncode == 1 and needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_an_engine_failure_is_not_written_so_a_resume_retries_it(tmp_path):
+    """A 5xx is the engine's failure, not the request's: no line (a resume runs
+    it again); a 4xx is the request's own: its error line, skipped on resume."""
+    from spec_cli.cli.batch import _Plan, _Sink
+    from spec_cli.jobs.run import Answer, Stop
+    from spec_cli.term.progress import BatchProgress
+
+    f = lines(tmp_path / "in.jsonl", req("a"), req("b"))
+    out = tmp_path / "out.jsonl"
+    inputs = read(f, Defaults())
+    plan = _Plan.make(f, inputs, out, ordered=False, as_json=False)
+    sink = _Sink(plan, BatchProgress(2, quiet=True), Stop())
+    a, b = inputs.items
+    sink.answer(Answer(a, 500, {"error": {"message": "llama_decode failed", "type": "server_error"}}))
+    sink.answer(Answer(b, 400, {"error": {"message": "bad field", "type": "invalid_request_error"}}))
+    plan.close()
+    assert (plan.tally["not_run"], plan.tally["failed"]) == (1, 1)
+    assert AnswerLog(out).answered == {"b": False}

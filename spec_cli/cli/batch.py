@@ -177,6 +177,12 @@ class _Sink:
         from ..jobs.outputs import answer_line, write_atomically
 
         plan, t = self.plan, self.plan.tally
+        if a.status >= 500:  # the engine failed, not the request: nothing written, so that a resume runs it again
+            self.abandon(a.item)
+            self.progress.finished(f"{a.item.where} ({a.item.custom_id}): {a.status} "
+                                   f"{a.body.get('error', {}).get('message', '')} (not written: run the same "
+                                   "command again to retry it)", ok=False)
+            return
         if plan.mode == "folder":
             if a.ok:
                 write_atomically(answer_path(a.item, plan.output), a.text)
@@ -244,6 +250,10 @@ def _report(s: dict, *, quiet: bool, as_json: bool) -> None:
             render.note(f"interrupted: {s['not_run']} requests were not run; run the same command again to "
                         "run them (the answered ones are kept and skipped)")
         raise typer.Exit(130)
+    if s["not_run"]:  # not stopped, but the engine failed some: a resume runs them
+        if not quiet:
+            render.note(f"{s['not_run']} requests were not run; run the same command again to run them")
+        raise typer.Exit(1)
     if s["failed"]:
         if not quiet:
             render.note(f"{s['failed']} requests failed"
