@@ -4,7 +4,6 @@ answers out, every request in one engine batch, resumable."""
 from __future__ import annotations
 
 import json
-import os
 import resource
 import signal
 import sys
@@ -19,7 +18,7 @@ from ..errors import SpecError
 from ..run.config import PairConfig
 from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, DEFAULT_TARGET, Ctx, Deterministic, Draft,
                      DraftGpuLayers, DraftMax, Fixed, GpuLayers, MaxTokens, MinP, PMin, ProposerName, Quiet, Rpc,
-                     Rule, Seed, Target, TensorSplit, Temp, Threads, TopK, TopP, load, placement, sampling,
+                     Rule, Seed, Target, TensorSplit, Temp, Threads, TopK, TopP, load, model_name, placement, sampling,
                      Parallel, Raw, Stops, System)
 
 
@@ -144,7 +143,7 @@ def _run(plan: _Plan, todo: list, cfg: PairConfig, *, quiet: bool, rule: str, dr
     from ..serve.worker import ServeConfig, Worker
     from ..term.progress import BatchProgress
 
-    name = os.path.basename(cfg.target)[:-5] if cfg.target.endswith(".gguf") else cfg.target
+    name = model_name(cfg.target)
     worker = Worker(lambda: load(cfg, quiet=quiet, rule=rule),
                     ServeConfig(model=name, queue=cfg.seqs, draft_max=draft_max, adaptive=adaptive, rule=rule,
                                 spare=spare))
@@ -177,11 +176,10 @@ class _Sink:
         from ..jobs.outputs import answer_line, write_atomically
 
         plan, t = self.plan, self.plan.tally
+        why = f"{a.item.where} ({a.item.custom_id}): {a.status} {a.body.get('error', {}).get('message', '')}"
         if a.status >= 500:  # the engine failed, not the request: nothing written, so that a resume runs it again
             self.abandon(a.item)
-            self.progress.finished(f"{a.item.where} ({a.item.custom_id}): {a.status} "
-                                   f"{a.body.get('error', {}).get('message', '')} (not written: run the same "
-                                   "command again to retry it)", ok=False)
+            self.progress.finished(f"{why} (not written: run the same command again to retry it)", ok=False)
             return
         if plan.mode == "folder":
             if a.ok:
@@ -198,7 +196,7 @@ class _Sink:
             s = a.stats
             line = f"{a.item.custom_id}: {s.tokens} tokens, {s.tokens_per_s:.1f} tok/s"
         else:
-            line = f"{a.item.where} ({a.item.custom_id}): {a.status} {a.body.get('error', {}).get('message', '')}"
+            line = why
         self.progress.finished(line, ok=a.ok)
 
     def abandon(self, item) -> None:

@@ -82,6 +82,13 @@ TensorSplit = Annotated[Optional[str], typer.Option(
                                                "(default: by each one's free memory).")]
 
 
+def model_name(target: str) -> str:
+    """The name responses carry for `target`: a registry name as given, a
+    .gguf path as its file name without the extension."""
+    import os
+    return os.path.basename(target)[:-5] if target.endswith(".gguf") else target
+
+
 def placement(rpc: str | None, tensor_split: str | None) -> dict:
     """--rpc and --tensor-split as PairConfig fields, checked before
     anything loads (the servers themselves are greeted at load)."""

@@ -4,7 +4,6 @@ llama-server's /infill, /health -- on a pair loaded once."""
 
 from __future__ import annotations
 
-import os
 import signal
 from typing import Annotated, Optional
 
@@ -14,7 +13,7 @@ from ..errors import SpecError
 from ..run.config import PairConfig
 from .common import (load, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLayers, DraftMax, Fixed, GpuLayers,
                      PMin, ProposerName, Quiet, Rule, Target, Threads,
-                     check_port, placement, Rpc, TensorSplit)
+                     check_port, model_name, placement, Rpc, TensorSplit)
 
 
 def serve(
@@ -82,7 +81,7 @@ def serve(
     cfg = PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
                      **placement(rpc, tensor_split), gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
                      p_min=p_min, deterministic=deterministic, seqs=parallel + spare)
-    name = os.path.basename(target)[:-5] if target.endswith(".gguf") else target
+    name = model_name(target)
     # the worker's thread loads the pair: every llama.cpp call then comes from one
     # thread (a second thread's decodes get a second OpenMP team, whose threads
     # libgomp throttles once there are more than cores: measured 20 % slower)

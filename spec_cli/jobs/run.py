@@ -24,7 +24,6 @@ from ..serve.worker import Job, Worker
 from .inputs import Item
 
 PARSE = {"chat": parse_chat, "completion": parse_completion, "infill": parse_infill}
-COMPILE_S = 10.0   # seconds a request's schema or grammar may take to compile (serve's limit)
 TICK_S = 0.25      # how often the progress is told while nothing finishes
 
 
@@ -109,7 +108,7 @@ def _hand_over(worker: Worker, item: Item, events: queue.SimpleQueue, on_answer,
     failed (its answer given)."""
     try:
         req = parse(item)
-        spec = req.constraint if req.tools is None else worker.tool_spec(req.tools, req.constraint)
+        spec = worker.constraint_of(req)
         if spec is not None:
             req.grammar = _compile(worker, spec, compiler)
         job = Job(req, lambda kind, payload: events.put((job, kind, payload)))
@@ -121,16 +120,17 @@ def _hand_over(worker: Worker, item: Item, events: queue.SimpleQueue, on_answer,
 
 
 def _compile(worker: Worker, spec, compiler):
+    """`spec` compiled in `compiler`'s thread within serve's limit, or serve's 400."""
     from ..core.constraint import ConstraintError
+    from ..serve.constrain import COMPILE_S, refused
 
     future = compiler.submit(worker.compile, spec)
     try:
         return future.result(timeout=COMPILE_S)
     except ConstraintError as e:
-        raise ApiError(400, e.message, param=e.where) from None
+        raise refused(spec, e) from None
     except concurrent.futures.TimeoutError:
-        raise ApiError(400, f"'{spec.where}' took over {COMPILE_S:g} s to compile: simplify it",
-                       param=spec.where) from None
+        raise refused(spec) from None
 
 
 def _event(live: dict[Job, _Live], job: Job, kind: str, payload, on_answer) -> None:

@@ -27,7 +27,6 @@ from .api import ApiError, Request, internal, parse_chat, parse_completion, pars
 from .replies import Reply
 from .worker import Job, Worker
 
-COMPILE_S = 10.0    # seconds a request's schema or grammar may take to compile
 MAX_BODY = 8 << 20  # bytes; llama.vim's extra context is ~100 kB
 BODY_S = 60.0       # seconds a client has to send the whole body (at most `read_s` between two pieces)
 
@@ -107,7 +106,7 @@ class _Routes:
                 log.info("a client left while sending its request body")
                 return Response(status_code=499)
             req = parse(body)
-            spec = req.constraint if req.tools is None else self.worker.tool_spec(req.tools, req.constraint)
+            spec = self.worker.constraint_of(req)
             if spec is not None:
                 req.grammar = await self.compile(spec)
             return await self.serve(request, Job.on_loop(req, asyncio.get_running_loop()))
@@ -117,15 +116,15 @@ class _Routes:
         """A request's constraint compiled in a thread of its own, one at a
         time, within COMPILE_S; a 400 naming the field where it cannot be."""
         from ..core.constraint import ConstraintError
+        from .constrain import COMPILE_S, refused
 
         async with self._compiling:
             try:
                 return await asyncio.wait_for(asyncio.to_thread(self.worker.compile, spec), COMPILE_S)
             except ConstraintError as e:
-                raise ApiError(400, e.message, param=e.where) from None
+                raise refused(spec, e) from None
             except asyncio.TimeoutError:
-                raise ApiError(400, f"'{spec.where}' took over {COMPILE_S:g} s to compile: simplify it",
-                               param=spec.where) from None
+                raise refused(spec) from None
 
     async def serve(self, request: HttpRequest, job: Job) -> Response:
         """Queue `job`, then stream its events or answer once it is done."""

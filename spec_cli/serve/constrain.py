@@ -12,6 +12,16 @@ from ..core.constraint import ConstraintError, Spec
 from ..core.tools import family_of, grammar
 from .api import ApiError
 
+COMPILE_S = 10.0    # seconds a request's schema or grammar may take to compile
+
+
+def refused(spec: Spec, error: ConstraintError | None = None) -> ApiError:
+    """The 400 for `spec`: it cannot be compiled (`error`), or it did not
+    compile within COMPILE_S (None)."""
+    if error is not None:
+        return ApiError(400, error.message, param=error.where)
+    return ApiError(400, f"'{spec.where}' took over {COMPILE_S:g} s to compile: simplify it", param=spec.where)
+
 
 def tool_spec(vocab, model: str, use, answer: Spec | None = None) -> Spec | None:
     """The constraint of a request's tools (core.tools.ToolUse) in `vocab`'s

@@ -213,9 +213,11 @@ class Worker:
 
         return compile_for(self.pair.target.vocab, spec)
 
-    def tool_spec(self, use, answer=None):
-        """The constraint of a request's tools (constrain.tool_spec)."""
-        return tool_spec(self.pair.target.vocab, self.cfg.model, use, answer)
+    def constraint_of(self, req: Request):
+        """What constrains `req`: its own constraint, or its tools' (constrain.tool_spec)."""
+        if req.tools is None:
+            return req.constraint
+        return tool_spec(self.pair.target.vocab, self.cfg.model, req.tools, req.constraint)
 
     def submit(self, job: Job) -> None:
         with self._cv:
