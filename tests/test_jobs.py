@@ -77,6 +77,9 @@ def test_a_text_file_is_one_prompt_a_line(tmp_path):
     ([req("a"), {"messages": []}], ["in.jsonl:2", "neither 'body' nor 'prompt'"]),
     ([{"prompt": ""}], ["in.jsonl:1", "'prompt'"]),
     ([{"prompt": "a", "custom_id": "line-2"}, {"prompt": "b"}], ["in.jsonl:2", "'line-2'"]),
+    (["{\"custom_id\": \"a\", ", req("b")], ["in.jsonl:1", "invalid JSON"]),  # not taken for a prompt text
+    (['{"prompt": "x", "custom_id": "a"}', '{"prompt": "\\ud800"}'], ["in.jsonl:2", "surrogate"]),
+    (['{"custom_id": "a", "body": ' + "[" * 100000 + "]" * 100000 + "}"], ["in.jsonl:1", "nested too deeply"]),
 ])
 def test_malformed_input_is_refused_with_its_line(tmp_path, objs, needles):
     refused(lines(tmp_path / "in.jsonl", *objs), *needles)

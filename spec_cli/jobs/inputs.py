@@ -6,8 +6,8 @@
   url;
 - plain prompts: one `{"prompt", ...}` object a line (its other fields
   are request fields: `max_tokens`, `seed`, `response_format`, ...; an
-  optional `custom_id`, else `line-N`), or, where the first line is not a
-  JSON object, one prompt text a line;
+  optional `custom_id`, else `line-N`), or, where the first line does not
+  start with `{`, one prompt text a line;
 - a folder: each file in it one prompt, its answer a file of its own.
 
 A plain prompt is what `spec-cli generate` makes of it (a user turn in the
@@ -105,11 +105,14 @@ def read(path: Path, defaults: Defaults) -> Inputs:
     lines = [(n, line) for n, line in enumerate(text.lstrip("\ufeff").splitlines(), 1) if line.strip()]
     if not lines:
         raise SpecError(f"{path} holds no requests", hint="Write one request (or prompt) a line.")
-    if not isinstance(_loads(lines[0][1]), dict):
+    if not lines[0][1].lstrip().startswith("{"):
         return Inputs("text", _unique(path, [_plain(path, n, line, {}, defaults) for n, line in lines]))
     items = []
     for n, line in lines:
         obj = _loads(line)
+        if "\\u" in line and _surrogate(obj):  # valid JSON, but no text: refused as serve refuses it
+            raise SpecError(f"{path}:{n}: holds a lone surrogate (\\ud800-\\udfff without its pair): not valid "
+                            "Unicode text")
         if not isinstance(obj, dict):
             raise SpecError(f"{path}:{n}: not a JSON object ({_why(line)})",
                             hint="Each line is one request: {\"custom_id\", \"method\", \"url\", \"body\"} "
@@ -131,6 +134,14 @@ def _loads(line: str):
         return json.loads(line)
     except (ValueError, RecursionError):
         return None
+
+
+def _surrogate(obj) -> bool:
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _why(line: str) -> str:
