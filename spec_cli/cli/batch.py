@@ -20,6 +20,7 @@ from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, DEFAULT_TARGET
                      DraftGpuLayers, DraftMax, Fixed, GpuLayers, MaxTokens, MinP, PMin, ProposerName, Quiet, Rpc,
                      Rule, Seed, Target, TensorSplit, Temp, Threads, TopK, TopP, load, model_name, placement, sampling,
                      Parallel, Raw, Stops, System)
+from .common import FrequencyPenalty, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
 
 
 def batch(
@@ -36,6 +37,8 @@ def batch(
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P,
     seed: Seed = None, max_tokens: MaxTokens = 256,
+    repeat_penalty: RepeatPenalty = 1.0, presence_penalty: PresencePenalty = 0.0,
+    frequency_penalty: FrequencyPenalty = 0.0, repeat_last_n: RepeatLastN = 64,
     system: System = None, raw: Raw = False, stop: Stops = [],
     draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0, ctx: Ctx = 4096, threads: Threads = 0,
     rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
@@ -61,7 +64,8 @@ def batch(
     from ..jobs.inputs import Defaults, read
 
     defaults = Defaults(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, max_tokens=max_tokens,
-                        seed=seed, system=system, raw=raw, stop=tuple(stop))
+                        seed=seed, system=system, raw=raw, stop=tuple(stop),
+                        penalties=_penalty_fields(repeat_penalty, presence_penalty, frequency_penalty, repeat_last_n))
     sampling(temp, top_k, top_p, min_p)  # checked before anything is read
     inputs = read(source, defaults)
     plan = _Plan.make(source, inputs, output, ordered=ordered, as_json=as_json)
@@ -82,6 +86,14 @@ def batch(
                         + (f" in {output}" if output else "") + ": nothing to run")
     plan.close()
     _report(summary, quiet=quiet, as_json=as_json)
+
+
+def _penalty_fields(repeat: float, presence: float, frequency: float, last_n: int) -> dict:
+    """The penalty flags as a plain prompt's request fields (those that are on)."""
+    if penalties(repeat, presence, frequency, last_n) is None:
+        return {}
+    return {"repeat_penalty": repeat, "presence_penalty": presence, "frequency_penalty": frequency,
+            "repeat_last_n": last_n}
 
 
 @dataclass

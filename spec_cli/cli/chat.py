@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..run.config import PairConfig
+from .common import FrequencyPenalty, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
 from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, MinP, PMin, ProposerName, Quiet, Rule, Seed,
                      Target, Temp, Threads, TopK, TopP, print_coloured, run_session, stdout_write,
@@ -25,6 +26,8 @@ def chat(
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
     system: Annotated[Optional[str], typer.Option("--system", help="System message for the conversation.")] = None,
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P, seed: Seed = None,
+    repeat_penalty: RepeatPenalty = 1.0, presence_penalty: PresencePenalty = 0.0,
+    frequency_penalty: FrequencyPenalty = 0.0, repeat_last_n: RepeatLastN = 64,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens per reply.")] = 1024,
     draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
     ctx: Ctx = 4096, threads: Threads = 0,
@@ -50,7 +53,8 @@ def chat(
     from ..term import render
 
     spec = constraint_spec(json_schema, grammar, json_object)
-    gen = GenConfig(sampling=sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
+    gen = GenConfig(adjust=penalties(repeat_penalty, presence_penalty, frequency_penalty, repeat_last_n),
+                    sampling=sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
                     adaptive=not fixed_draft, seed=seed_or_new(seed), rule=rule)
     pair = load(PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
                            **placement(rpc, tensor_split),

@@ -36,6 +36,15 @@ TopK = Annotated[int, typer.Option("--top-k", min=0, help="Keep the k most likel
 TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (1 = off).")]
 MinP = Annotated[float, typer.Option("--min-p", min=0.0, max=1.0,
                                      help="Drop tokens below min_p x the top probability (0 = off).")]
+RepeatPenalty = Annotated[float, typer.Option(
+    "--repeat-penalty", min=0.0, max=10.0, help="Penalise tokens seen in the last --repeat-last-n tokens: "
+                                                "divide their logits by this (1 = off; llama.cpp's penalty).")]
+PresencePenalty = Annotated[float, typer.Option("--presence-penalty", min=-2.0, max=2.0,
+                                                help="Subtract this from the logit of a token seen there (0 = off).")]
+FrequencyPenalty = Annotated[float, typer.Option("--frequency-penalty", min=-2.0, max=2.0,
+                                                 help="Subtract this x its count there (0 = off).")]
+RepeatLastN = Annotated[int, typer.Option("--repeat-last-n", min=-1, help="The tokens the penalties look back "
+                                                                          "over (-1 = the whole context).")]
 Seed = Annotated[Optional[int], typer.Option("--seed", help="Random seed: it fixes the text, whatever was "
                                                             "drafted (default: a fresh one, reported with --json).")]
 DraftMax = Annotated[int, typer.Option("--draft-max", min=0, help="Most tokens drafted per step (the cost "
@@ -164,6 +173,17 @@ def sampling(temp: float, top_k: int = DEFAULT_TOP_K, top_p: float = DEFAULT_TOP
         return SamplingConfig(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p)
     except ValueError as e:
         raise SpecError(str(e)) from e
+
+
+def penalties(repeat: float = 1.0, presence: float = 0.0, frequency: float = 0.0, last_n: int = 64):
+    """The penalty flags as core.adjust.Adjust, None where they are all off."""
+    from ..core.adjust import Adjust
+
+    try:
+        a = Adjust(repeat=repeat, presence=presence, frequency=frequency, last_n=last_n)
+    except ValueError as e:
+        raise SpecError(f"--{str(e).replace('_', '-')}") from e
+    return a if a.active else None
 
 
 def seed_or_new(seed: int | None) -> int:

@@ -17,6 +17,7 @@ import typer
 
 from ..errors import SpecError
 from ..run.config import PairConfig
+from .common import FrequencyPenalty, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
 from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, MinP, ProposerName, Quiet, Rule, Seed, Target, Temp,
                      Threads, TopK, TopP, read_file, run_session, stdout_write,
@@ -29,6 +30,8 @@ def complete(
     suffix: Annotated[Optional[str], typer.Option("--suffix", help="The text after the cursor.")] = None,
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P, seed: Seed = None,
+    repeat_penalty: RepeatPenalty = 1.0, presence_penalty: PresencePenalty = 0.0,
+    frequency_penalty: FrequencyPenalty = 0.0, repeat_last_n: RepeatLastN = 64,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens to generate.")] = 128,
     max_lines: Annotated[int, typer.Option("--max-lines", min=0,
                                            help="Stop after this many lines (0 = no limit).")] = 0,
@@ -100,7 +103,8 @@ def _complete_here(prefix: str, after: str, stops, cfg: PairConfig, rule: str, s
     from ..run.session import Session
     from ..term import render
 
-    gen = GenConfig(sampling=samp, max_tokens=max_tokens, draft_max=draft_max, adaptive=adaptive, seed=seed,
+    gen = GenConfig(adjust=penalties(repeat_penalty, presence_penalty, frequency_penalty, repeat_last_n),
+                    sampling=samp, max_tokens=max_tokens, draft_max=draft_max, adaptive=adaptive, seed=seed,
                     rule=rule)
     pair = load(cfg, quiet=quiet, rule=rule)
     try:

@@ -53,6 +53,7 @@ class Decoding:
     seed: int
     rule: str = "gumbel"
     constraint: object = None
+    adjust: object = None   # core.adjust.Adjust: the request's logit bias and penalties, if any
 
     @property
     def candidates_k(self) -> int | None:
@@ -61,6 +62,10 @@ class Decoding:
         greedy (an argmax is cheap), no top-k, or the residual rule (it
         subtracts dense rows)."""
         s = self.sampling
-        if s.greedy or s.top_k <= 0 or self.rule != "gumbel" or self.constraint is not None:
+        if s.greedy or s.top_k <= 0 or self.rule != "gumbel" or self.constraint is not None or self.adjusted:
             return None
         return s.top_k
+
+    @property
+    def adjusted(self) -> bool:
+        return self.adjust is not None and self.adjust.active

@@ -45,6 +45,7 @@ class Defaults:
     system: str | None = None
     raw: bool = False
     stop: tuple[str, ...] = ()
+    penalties: dict = field(default_factory=dict)  # repeat_penalty, ... as request fields
 
     def request(self, text: str, extra: dict | None = None) -> tuple[str, dict]:
         """(url, body) of a plain prompt; `extra`: the line's own request fields."""
@@ -61,6 +62,7 @@ class Defaults:
                 body[name] = getattr(self, name)
         if self.stop:
             body["stop"] = list(self.stop)
+        body.update(self.penalties)
         body.update(extra)
         return url, body
 

@@ -33,7 +33,7 @@ from ..core.config import Decoding
 from ..core.sampling import SamplingConfig, choose, choose_rows, margin, probs as to_probs
 from ..core.policy import CostModel, Policy
 from ..core.verify import verify, verify_choices
-from .masked import masked_rule
+from .rows import rows_rule
 
 if TYPE_CHECKING:
     from ..llama.model import Model
@@ -59,6 +59,9 @@ class GenConfig:
     # choice from its row masked by it, drafts are cut where it refuses a token,
     # and the tokens it forces are free drafts (proposers.grammar)
     grammar: object = None
+    adjust: object = None       # core.adjust.Adjust: logit bias and penalties on every row the rule reads
+    logprobs: int | None = None  # each token's logprob and this many alternatives (Step.logprobs); None: off
+    draft_min: int = 0          # a shorter draft is not verified (llama-server's speculative.n_min)
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class Step:
     pieces: tuple[str, ...] = ()
     aside_s: float = 0.0   # spent on `margins` (bench's bookkeeping, not generation): no clock counts it
     mask_s: float = 0.0    # of host_s, the constraint's masks and checks (GenConfig.grammar)
+    logprobs: tuple = ()   # with GenConfig.logprobs: each of `tokens`' core.adjust.TokenLogprob
 
 
 @dataclass
@@ -135,7 +139,9 @@ def legal_draft(pick, draft: list[int], prop: Proposal) -> list[int]:
     there is none): a token it refuses cannot be accepted, so what follows
     it would be verify rows for nothing (pick.legal says how much to keep)."""
     legal = getattr(pick, "legal", None)
-    return draft if legal is None or not draft else draft[:legal(draft, prop)]
+    if legal is not None and draft:
+        draft = draft[:legal(draft, prop)]
+    return draft if len(draft) >= getattr(pick, "draft_min", 0) else []
 
 
 def keep_going(policy: Policy | None, cand) -> Callable | None:
@@ -206,14 +212,14 @@ class Generation:
         # taken before the mask may hold no legal token), and its forced tokens draft
         self.constraint = cfg.grammar.start() if cfg.grammar is not None else None
         # one state for the rule and the proposer
-        self.decoding = decoding = Decoding(cfg.sampling, seed, cfg.rule, self.constraint)
+        self.decoding = decoding = Decoding(cfg.sampling, seed, cfg.rule, self.constraint, cfg.adjust)
         if self.constraint is not None and getattr(proposer, "name", "none") != "none":
             from .proposers.grammar import GrammarDrafts
 
             self.proposer = proposer = GrammarDrafts(proposer, self.constraint)
         # with top-k, llama.cpp's sampler leaves each verify row's candidates
         # only, unless bench's margins, the residual rule or a constraint (Decoding) read whole rows
-        self.candidates_k = decoding.candidates_k if not cfg.margins else None
+        self.candidates_k = decoding.candidates_k if not cfg.margins and cfg.logprobs is None else None
         self.prefill = (0, 0.0)  # prompt tokens evaluated, and the seconds: the first Step carries them
         # --deterministic: keep target batches where their logits are bitwise one-token logits
         draft_max = cfg.draft_max
@@ -222,7 +228,10 @@ class Generation:
         self.draft_max = draft_max
         self.policy = _policy(target, proposer, draft_max, cfg.clock) if cfg.adaptive and draft_max > 0 else None
         self.out = _Output(target, cfg)
-        self.pick = _rule(decoding, self.out) if self.constraint is None else masked_rule(decoding, self.out)
+        whole = self.constraint is not None or decoding.adjusted or cfg.logprobs is not None
+        self.pick = rows_rule(decoding, self.out, lambda: self.context) if whole else _rule(decoding, self.out)
+        if cfg.draft_min > 1:
+            self.pick.draft_min = cfg.draft_min  # legal_draft drops a shorter draft
         self._mask_s = 0.0  # the constraint's seconds at the last settle
         self.context = prompt
 
@@ -263,6 +272,7 @@ class Generation:
                             for i in range(r.accepted + 1))
             aside_s = time.perf_counter() - t_aside
         a = out.add([*r.draft[:r.accepted], r.token], r.accepted, len(self.context), margins)
+        logprobs = tuple(self.pick.logprobs[:len(a.tokens)]) if cfg.logprobs is not None else ()
         mask_s = 0.0
         if self.constraint is not None:
             mask_s, self._mask_s = self.constraint.seconds - self._mask_s, self.constraint.seconds
@@ -273,7 +283,7 @@ class Generation:
                     verify_s=r.verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
                     finish_reason=a.finish, margins=a.margins, source=r.source if r.draft else "none",
                     host_s=r.host_s, host_draft_s=r.host_draft_s, stop_type=out.stop_type, pieces=a.pieces,
-                    aside_s=aside_s, mask_s=mask_s)
+                    aside_s=aside_s, mask_s=mask_s, logprobs=logprobs)
 
 
 def _check_prompt(target: Model, prompt: list[int], cfg: GenConfig) -> None:

@@ -41,6 +41,7 @@ class Session:
     tokens: list[int] = field(default_factory=list)
     segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, from the draft?)
     margins: list[float] = field(default_factory=list)  # with GenConfig.margins
+    logprobs: list = field(default_factory=list)  # with GenConfig.logprobs: each token's (core.adjust.TokenLogprob)
     finish: str | None = None
     stop_type: str | None = None  # llama-server's: "eos", "word" or "limit" (engine.Step)
 
@@ -84,6 +85,7 @@ class Session:
             stats.ttft_s = stats.wall_s
         self.tokens.extend(step.tokens)
         self.margins.extend(step.margins)
+        self.logprobs.extend(step.logprobs)
         self.finish, self.stop_type = step.finish_reason, step.stop_type
         if self.stops is not None:
             step = self._cut(step)
@@ -111,6 +113,7 @@ class Session:
             kept = sum(start < cut for start in [0, *self._ends[:-1]])
             stats.tokens -= len(self.tokens) - kept
             del self.tokens[kept:]
+            del self.logprobs[kept:]
         upto = self.stops.hold(text) if self.finish is None else len(text)
         step = replace(step, text=text[self._shown:upto], segments=_between(self._written, self._shown, upto),
                        finish_reason=self.finish)

@@ -195,12 +195,14 @@ class DraftModel:
     def batched(self, cand: Candidate) -> "DraftModel | None":
         """Who drafts `cand` where several sequences draft together
         (draft_together): this, when it drafts from a model of its own."""
+        if self.decoding.adjusted:  # its rows are adjusted one by one (_draft_rows)
+            return None
         return self if isinstance(self.source, ModelDrafts) and cand.source == self.name else None
 
     def draft(self, context: Sequence[int], cand: Candidate, k: int,
               keep_going: KeepGoing | None = None) -> Proposal:
-        if self.decoding.constraint is not None:
-            return self._draft_masked(context, k, keep_going)
+        if self.decoding.constraint is not None or self.decoding.adjusted:
+            return self._draft_rows(context, k, keep_going)
         t0 = time.perf_counter()
         src = self.source
         behind = self._behind  # this step's, from candidates()
@@ -244,21 +246,25 @@ class DraftModel:
                         model_tokens=len(tokens), model_read=max(behind, 1))
 
 
-    def _draft_masked(self, context: Sequence[int], k: int, keep_going: KeepGoing | None) -> Proposal:
-        """The draft under the generation's constraint: each token the draft
-        model's own choice among those the constraint allows there, so that
-        it drafts only legal text.  The constraint follows the context past
-        the tokens it holds (a lookup draft this extends) and the draft, and
-        is put back after.  It drafts only where it holds the text but for
-        a step's usual catch-up (proposers.grammar: reading a constrained
+    def _draft_rows(self, context: Sequence[int], k: int, keep_going: KeepGoing | None) -> Proposal:
+        """The draft from rows changed as the target's are (run/rows.py): the
+        request's logit bias and penalties (over the context and the draft so
+        far), and its constraint: each token the draft model's own choice
+        among those the constraint allows there, so that it drafts only legal
+        text.  The constraint follows the context past the tokens it holds (a
+        lookup draft this extends) and the draft, and is put back after.
+        Under a constraint it drafts only where it holds the text but for a
+        step's usual catch-up (proposers.grammar: reading a constrained
         request's whole prompt does not pay back), a lookup draft it would
         extend included."""
         t0 = time.perf_counter()
-        c, src = self.decoding.constraint, self.source
-        ahead = list(context[self._prompt_len + c.count:])
-        if self._behind > 2 or c.legal(ahead) < len(ahead):
+        c, src, adjust = self.decoding.constraint, self.source, self.decoding.adjust
+        adjusted = self.decoding.adjusted
+        ahead = list(context[self._prompt_len + c.count:]) if c is not None else []
+        if c is not None and (self._behind > 2 or c.legal(ahead) < len(ahead)):
             return Proposal([], None, self.name)
-        c.advance(ahead)
+        if c is not None:
+            c.advance(ahead)
         pos, sampling, seed = len(context) - self._prompt_len, self.sampling, self.decoding.seed
         unsure = self.p_min > 0.0 or keep_going is not None
         tokens: list[int] = []
@@ -266,22 +272,28 @@ class DraftModel:
         chain: list[float] = []
         try:
             logits = src.start(context)
-            while len(tokens) < k and not c.done:
-                masked = c.masked(np.asarray(logits))
+            while len(tokens) < k and not (c is not None and c.done):
+                masked = np.asarray(logits)
+                if adjusted:
+                    masked = adjust.row(masked, [*context, *tokens])
+                if c is not None:
+                    masked = c.masked(masked)
                 if self.coupled:
                     x, conf = choose(masked, sampling, seed, pos + len(tokens), confidence=unsure)
                 else:
                     x, conf, p = self.sampled(masked)
                     rows.append(p)
                 tokens.append(x)
-                c.advance([x])
+                if c is not None:
+                    c.advance([x])
                 chain.append(conf)
                 if len(tokens) == k or (unsure and self.stops(chain, keep_going)):
                     break
                 logits = src.then(x)
         finally:
             src.end()
-            c.rollback(len(ahead) + len(tokens))
+            if c is not None:
+                c.rollback(len(ahead) + len(tokens))
         seconds = time.perf_counter() - t0
         if self.clock is None and tokens:
             src.learn(seconds / len(tokens))

@@ -1,5 +1,6 @@
 """The lookup proposer ("ngram"): drafts from the suffix index over the
-prompt and the output, from the store of earlier outputs, and from copies."""
+prompt and the output, from the store of earlier outputs, from a text the
+client predicts (OpenAI's Predicted Outputs: `predict`), and from copies."""
 
 from __future__ import annotations
 
@@ -47,9 +48,21 @@ class Lookup:
         self.copy: Copy | None = None  # the one that drafts this step
         self.edits: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}
         self.shares: list[float] = []  # the last draft's shares (the hybrid reads them)
+        self.prediction: SuffixIndex | None = None  # the client's predicted answer ("prediction")
+        self._predicted: list[int] = []
+
+    def predict(self, tokens: Sequence[int]) -> None:
+        """Draft from `tokens` too: what the client expects the answer to
+        repeat (its origin "prediction"; copies of it follow as
+        "prediction-run").  It is indexed after the prompt's last tokens,
+        so that the answer's first tokens draft from its start."""
+        self._predicted = list(tokens)
 
     def prepare(self, prompt: Sequence[int], decoding=None) -> None:
         self._prompt_len = len(prompt)
+        if self._predicted:
+            self.prediction = SuffixIndex(self.index.depth)
+            self.prediction.extend([*prompt[-self.index.depth:], *self._predicted])
         self._sync(prompt)
         self.copy, self.copies, self.edits = None, [], {}
 
@@ -82,7 +95,8 @@ class Lookup:
             self._offers[source] = _Offer(self.copy.index, self.copy.origin, run=True)
             out.append(Candidate(source, max(1, math.ceil(self.alpha * self.copy.matched))))
         sources = ([] if self.copy else [(self.index, None)]) + (
-            [(self.store.index, "hist")] if self.store is not None else [])
+            [(self.store.index, "hist")] if self.store is not None else []) + (
+            [(self.prediction, "prediction")] if self.prediction is not None and not self.copy else [])
         for index, origin in sources:
             n, key = index.match(context)
             if n == 0:
