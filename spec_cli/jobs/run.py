@@ -147,7 +147,7 @@ def _event(live: dict[Job, _Live], job: Job, kind: str, payload, on_answer) -> N
         session = payload
         if session.finish == "cancelled":
             return
-        body = state.reply.full(session.text, session.finish, session.stats, session.stop_type)
+        body = state.reply.full(session.text, session.finish, session.stats, session.stop_type, session.logprobs)
         on_answer(Answer(state.item, 200, body, session.text, session.stats))
 
 

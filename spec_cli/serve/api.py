@@ -13,7 +13,10 @@ from typing import Any
 
 from ..core.constraint import ConstraintError, Spec
 from ..core.tools import MAX_TOOLS, NAME, Tool, ToolUse
+from ..core.adjust import Adjust
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingConfig
+from . import fields
+from .fields import FieldError, Speculation
 
 MAX_STOPS = 16
 
@@ -74,6 +77,15 @@ class Request:
     constraint: Spec | None = None
     grammar: object = None
     tools: ToolUse | None = None   # chat: `tools`, `tool_choice`, `parallel_tool_calls`
+    # the rest of what a request may set (fields.py)
+    logprobs: int | None = None    # alternatives a token's logprob comes with; None: no logprobs
+    adjust: Adjust | None = None   # logit bias and penalties
+    speculation: Speculation | None = None
+    prediction: str | None = None  # Predicted Outputs: text the answer is expected to repeat
+    ignored: list[str] = field(default_factory=list)  # fields no rule names (the response's header lists them)
+    native: bool = False           # llama-server's /completion: its response shape
+    prompt_ids: list[int] | None = None  # completions: the prompt as token ids
+    echo: bool = False             # completions: the prompt written back first (with its logprobs)
 
 
 # -- field checks -------------------------------------------------------------
@@ -136,12 +148,26 @@ def _stops(body: dict) -> tuple[str, ...]:
 def _sampling(body: dict, req: Request, *, temperature: float) -> None:
     if _number(body, "n", 1, integer=True) != 1:
         raise bad("n", "must be 1: one choice per request")
+    if _number(body, "best_of", 1, integer=True) != 1:
+        raise bad("best_of", "must be 1: one candidate per request")
+    if body.get("echo") not in (None, False) and not req.echo:
+        raise bad("echo", "must be false here: only /v1/completions writes the prompt back")
+    if body.get("ignore_eos") not in (None, False):
+        raise bad("ignore_eos", "must be false: a generation ends at the model's end token")
+    try:
+        on = fields.samplers(body)
+        req.ignored = fields.unknown(body, "native" if req.native else req.kind)
+        req.logprobs = fields.logprobs(body, req.kind)
+        req.adjust = fields.adjust(body) if on is None or "penalties" in on or "logit_bias" in on else None
+        req.speculation = fields.speculation(body)
+    except (FieldError, ValueError) as e:
+        raise _field_error(e) from None
     try:  # the rules the generation applies, checked here so the error names its field
         req.sampling = SamplingConfig(
             temperature=_number(body, "temperature", temperature, lo=0.0, hi=100.0),
-            top_k=_number(body, "top_k", DEFAULT_TOP_K, lo=0, integer=True),
-            top_p=_number(body, "top_p", DEFAULT_TOP_P, lo=0.0, hi=1.0),
-            min_p=_number(body, "min_p", DEFAULT_MIN_P, lo=0.0, hi=1.0))
+            top_k=_number(body, "top_k", DEFAULT_TOP_K, lo=0, integer=True) if on is None or "top_k" in on else 0,
+            top_p=_number(body, "top_p", DEFAULT_TOP_P, lo=0.0, hi=1.0) if on is None or "top_p" in on else 1.0,
+            min_p=_number(body, "min_p", DEFAULT_MIN_P, lo=0.0, hi=1.0) if on is None or "min_p" in on else 0.0)
     except ValueError as e:
         name, _, rest = str(e).partition(" ")
         raise bad(name, rest) from None
@@ -155,6 +181,20 @@ def _sampling(body: dict, req: Request, *, temperature: float) -> None:
         if not isinstance(options, dict):
             raise bad("stream_options", "must be an object")
         req.include_usage = _bool(options, "include_usage", False)
+
+
+def _field_error(e: Exception) -> ApiError:
+    if isinstance(e, FieldError):
+        return bad(e.param, e.message)
+    name, _, rest = str(e).partition(" ")  # Adjust's own checks name their field first
+    return bad(name, rest)
+
+
+def _prediction(body: dict, req: Request) -> None:
+    try:
+        req.prediction = fields.prediction(body)
+    except FieldError as e:
+        raise bad(e.param, e.message) from None
 
 
 def _constraint(body: dict) -> Spec | None:
@@ -219,13 +259,15 @@ def _response_format(fmt) -> Spec | None:
     raise bad(f"{where}.type", f"must be text, json_object or json_schema, not {kind!r}")
 
 
-def _max_tokens(body: dict, *names: str) -> int | None:
+def _max_tokens(body: dict, *names: str, zero: bool = False) -> int | None:
+    """The token budget; 0 (the prompt read, nothing written) only for
+    llama-server's n_predict and for an echoed prompt (`zero`)."""
     for name in names:
         value = _number(body, name, None, integer=True)
         if value is not None:
             if value == -1 and name == "n_predict":
                 return None  # llama-server: -1 = until the context is full
-            if value < (0 if name == "n_predict" else 1):
+            if value < (0 if name == "n_predict" or zero else 1):
                 raise bad(name, f"must be at least 1, not {value}")
             return value
     return None
@@ -250,6 +292,7 @@ def parse_chat(body: Any) -> Request:
     req = Request("chat", messages=out, max_tokens=_max_tokens(body, "max_completion_tokens", "max_tokens",
                                                                              "n_predict"))
     _sampling(body, req, temperature=1.0)
+    _prediction(body, req)
     req.constraint = _constraint(body)
     req.tools = _tools(body)
     if req.tools is not None and req.constraint is not None and req.constraint.kind not in (
@@ -355,23 +398,47 @@ def _content(content: Any, where: str) -> str:
     raise bad(where, "must be a string or a list of text parts")
 
 
-def parse_completion(body: Any) -> Request:
+def parse_completion(body: Any, *, native: bool = False) -> Request:
+    """OpenAI's /v1/completions, or (`native`) llama-server's /completion:
+    the same fields, its answer in llama-server's shape.  The prompt is a
+    text or its token ids (one prompt a request); `echo` writes it back
+    before the completion, with its own logprobs where they are asked for
+    (`max_tokens: 0` then scores the prompt alone)."""
     body = _object(body)
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise bad("prompt", "must be a string (one prompt per request)")
-    if not prompt:
+    ids = None
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        ids, prompt = prompt, ""
+    elif not isinstance(prompt, str):
+        raise bad("prompt", "must be a string or a list of token ids (one prompt per request)")
+    elif not prompt:
         raise bad("prompt", "is empty")
     if body.get("suffix") is not None:
         raise bad("suffix", "is not supported here: use POST /infill for fill-in-the-middle")
-    req = Request("completion", prompt=prompt, max_tokens=_max_tokens(body, "max_tokens", "n_predict"))
-    if req.max_tokens is None:
-        req.max_tokens = 16  # OpenAI's default for completions
-    _sampling(body, req, temperature=1.0)
+    echo = _bool(body, "echo", False) and not native
+    if echo and _bool(body, "stream", False):
+        raise bad("echo", "cannot be streamed here: send it with 'stream': false")
+    req = Request("completion", prompt=prompt, prompt_ids=ids, echo=echo, native=native,
+                  max_tokens=_max_tokens(body, "max_tokens", "n_predict", zero=echo))
+    if req.max_tokens is None and not native:
+        req.max_tokens = 16  # OpenAI's default for completions (llama-server's /completion: until the end)
+    _sampling(body, req, temperature=1.0 if not native else 0.8)
+    if native:
+        req.cache_prompt = _bool(body, "cache_prompt", True)
+        _response_fields(body, req)
+    _prediction(body, req)
     req.constraint = _constraint(body)
     return req
+
+
+def _response_fields(body: dict, req: Request) -> None:
+    value = body.get("response_fields")
+    if value is not None:
+        if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
+            raise bad("response_fields", "must be a list of field paths")
+        req.response_fields = [f for f in value if f]
 
 
 def parse_infill(body: Any) -> Request:
@@ -392,18 +459,11 @@ def parse_infill(body: Any) -> Request:
                     or not isinstance(chunk.get("filename", ""), str):
                 raise bad(f"input_extra[{i}]", "must be an object with string 'filename' and 'text'")
             req.input_extra.append((chunk.get("filename") or "tmp", chunk.get("text") or ""))
-    samplers = body.get("samplers")
-    if samplers is not None and (not isinstance(samplers, list) or not all(isinstance(s, str) for s in samplers)):
-        raise bad("samplers", "must be a list of sampler names")
     req.n_indent = _number(body, "n_indent", 0, lo=0, integer=True)
     req.t_max_predict_ms = _number(body, "t_max_predict_ms", 0.0, lo=0.0)
     _number(body, "t_max_prompt_ms", 0.0)  # accepted; the prompt is read in one go
     req.cache_prompt = _bool(body, "cache_prompt", True)
-    fields = body.get("response_fields")
-    if fields is not None:
-        if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
-            raise bad("response_fields", "must be a list of field paths")
-        req.response_fields = [f for f in fields if f]
+    _response_fields(body, req)
     _sampling(body, req, temperature=0.0)
     if not (req.input_prefix or req.input_suffix or req.prompt or req.input_extra):
         raise ApiError(400, "nothing to complete: 'input_prefix', 'prompt' and 'input_suffix' are all empty")

@@ -24,6 +24,7 @@ from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 from .access import READ_S
 from ..core.tools import StreamFilter
 from .api import ApiError, Request, internal, parse_chat, parse_completion, parse_infill
+from . import utility
 from .replies import Reply
 from .worker import Job, Worker
 
@@ -43,6 +44,7 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
     timeout given."""
     r = _Routes(worker, api_key.encode() if api_key else None, max_body, read_s)
     chat, completion, infill = r.endpoint(parse_chat), r.endpoint(parse_completion), r.endpoint(parse_infill)
+    native = r.endpoint(lambda body: parse_completion(body, native=True))
     routes = [
         Route("/", _page), Route("/index.html", _page),
         Route("/health", r.health), Route("/v1/health", r.health),
@@ -50,7 +52,12 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
         Route("/v1/models", r.models), Route("/models", r.models),
         Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
-        Route("/infill", infill, methods=["POST"]),
+        Route("/infill", infill, methods=["POST"]), Route("/completion", native, methods=["POST"]),
+        Route("/tokenize", r.utility(utility.tokenize), methods=["POST"]),
+        Route("/detokenize", r.utility(lambda vocab, body: utility.detokenize(vocab, r.n_vocab, body)),
+              methods=["POST"]),
+        Route("/apply-template", r.utility(utility.apply_template), methods=["POST"]),
+        Route("/props", r.props), Route("/tokenizer_info", r.tokenizer_info),
     ]
     return Starlette(routes=routes, exception_handlers={ApiError: _api_error, HTTPException: _http_error,
                                                         Exception: _internal_error})
@@ -112,6 +119,26 @@ class _Routes:
             return await self.serve(request, Job.on_loop(req, asyncio.get_running_loop()))
         return handle
 
+    def utility(self, answer: Callable[[object, object], dict]):
+        """A route answered from the target's vocabulary alone (utility.py), in a thread."""
+        async def handle(request: HttpRequest) -> Response:
+            self.guard(request)
+            body = _json(await self.read_body(request))
+            return JSONResponse(await asyncio.to_thread(answer, self.worker.pair.target.vocab, body))
+        return handle
+
+    @property
+    def n_vocab(self) -> int:
+        return self.worker.pair.target.n_vocab
+
+    async def props(self, request: HttpRequest) -> Response:
+        self.guard(request)
+        return JSONResponse(utility.props(self.worker))
+
+    async def tokenizer_info(self, request: HttpRequest) -> Response:
+        self.guard(request)
+        return JSONResponse(utility.tokenizer_info(self.worker))
+
     async def compile(self, spec):
         """A request's constraint compiled in a thread of its own, one at a
         time, within COMPILE_S; a 400 naming the field where it cannot be."""
@@ -139,14 +166,16 @@ class _Routes:
             if job.req.stream:
                 gone.cancel()  # the streaming response listens for the disconnect itself
                 return StreamingResponse(_events(job, reply), media_type="text/event-stream",
-                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+                                                  **_ignored(job.req)})
             while True:
                 kind, payload = await _next_event(job, gone)
                 if kind == "error":
                     raise payload
                 if kind == "done":
                     session = payload
-                    return JSONResponse(reply.full(session.text, session.finish, session.stats, session.stop_type))
+                    return JSONResponse(reply.full(session.text, session.finish, session.stats, session.stop_type,
+                                                   session.logprobs), headers=_ignored(job.req))
         except _Gone:
             worker.withdraw(job)
             return Response(status_code=499)
@@ -165,7 +194,8 @@ class _Routes:
         """Prometheus' text format (metrics.py)."""
         self.guard(request)
         w = self.worker
-        text = w.metrics.render(queue=w.waiting, busy=w.busy, slots=w.parallel, served=w.served)
+        text = w.metrics.render(queue=w.waiting, busy=w.busy, slots=w.parallel, served=w.served) \
+            + w.metrics.render_llamacpp(busy=w.busy, waiting=w.waiting)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def slots(self, request: HttpRequest) -> Response:
@@ -202,6 +232,14 @@ async def _page(request: HttpRequest) -> Response:
     return Response(html, media_type="text/html; charset=utf-8",
                     headers={"Content-Security-Policy": _PAGE_CSP, "X-Content-Type-Options": "nosniff",
                              "Cache-Control": "no-cache"})
+
+
+IGNORED_HEADER = "spec-cli-ignored-fields"
+
+
+def _ignored(req: Request) -> dict[str, str]:
+    """The header naming the request's fields no rule knows (serve/fields.py): ignored, and said so."""
+    return {IGNORED_HEADER: ", ".join(req.ignored)[:2000]} if req.ignored else {}
 
 
 def _json(body: bytes):
@@ -265,15 +303,19 @@ async def _events(job: Job, reply: Reply):
     try:
         if req.kind == "chat":
             yield _sse(reply.chunk(None, None, first=True))
+        probs: list = []  # logprobs of tokens whose text has not gone out yet
         while True:
             kind, payload = await job.events.get()
-            if kind == "step":
+            if kind == "probs":
+                probs.extend(payload)
+            elif kind == "step":
                 text = "".join(text for text, _ in payload)
                 shown = text if calls is None else calls.feed(text)
                 if shown:
-                    yield _sse(reply.chunk(shown, None, segments=payload if shown == text else None))
+                    yield _sse(reply.chunk(shown, None, segments=payload if shown == text else None, probs=probs))
+                    probs = []
             elif kind == "done":
-                final = reply.chunk(None, payload.finish, payload.stats, stop_type=payload.stop_type)
+                final = reply.chunk(None, payload.finish, payload.stats, stop_type=payload.stop_type, probs=probs)
                 if calls is not None:
                     rest, parsed = calls.finish()
                     if rest:
@@ -283,9 +325,9 @@ async def _events(job: Job, reply: Reply):
                         final["choices"][0]["finish_reason"] = "tool_calls"
                         final["tool_call_form"] = parsed.form
                 yield _sse(final)
-                if req.include_usage and req.kind != "infill":
+                if req.include_usage and not reply.native:
                     yield _sse(reply.usage_chunk(payload.stats))
-                if req.kind != "infill":
+                if not reply.native:
                     yield "data: [DONE]\n\n"
                 return
             elif kind == "error":

@@ -116,6 +116,23 @@ class Metrics:
         return "\n".join(out) + "\n"
 
 
+    def render_llamacpp(self, *, busy: int, waiting: int) -> str:
+        """The metrics llama-server also exports, under its own names
+        (`llamacpp:`), so that its dashboards read spec-cli unchanged."""
+        with self._lock:
+            counters = (("prompt_tokens_total", "Number of prompt tokens processed.", self.prompt_evaluated),
+                        ("tokens_predicted_total", "Number of generation tokens processed.", self.tokens),
+                        ("n_decode_total", "Total number of llama_decode() calls.", self.rounds))
+        out = []
+        for kind, rows in (("counter", counters),
+                           ("gauge", (("requests_processing", "Number of requests processing.", busy),
+                                      ("requests_deferred", "Number of requests deferred.", waiting)))):
+            for name, help_, value in rows:
+                out += [f"# HELP llamacpp:{name} {help_}", f"# TYPE llamacpp:{name} {kind}",
+                        f"llamacpp:{name} {_num(value)}"]
+        return "\n".join(out) + "\n"
+
+
 def _num(v) -> str:
     return repr(float(v)) if isinstance(v, float) else str(int(v))
 

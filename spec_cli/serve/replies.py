@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..core.stats import Stats
 from .api import Request
@@ -51,10 +51,16 @@ def timings(stats: Stats, n_cached: int) -> dict:
     }
 
 
-def usage(n_prompt: int, stats: Stats) -> dict:
-    return {"prompt_tokens": n_prompt, "completion_tokens": stats.tokens,
-            "total_tokens": n_prompt + stats.tokens,
-            "prompt_tokens_details": {"cached_tokens": cached(n_prompt, stats)}}
+def usage(n_prompt: int, stats: Stats, predicted: bool = False) -> dict:
+    """OpenAI's usage; with a prediction (Predicted Outputs), its drafted
+    tokens the target accepted and rejected."""
+    out = {"prompt_tokens": n_prompt, "completion_tokens": stats.tokens, "total_tokens": n_prompt + stats.tokens,
+           "prompt_tokens_details": {"cached_tokens": cached(n_prompt, stats)}}
+    if predicted:
+        _, drafted, accepted = stats.by_source.get("prediction", (0, 0, 0))
+        out["completion_tokens_details"] = {"accepted_prediction_tokens": accepted,
+                                            "rejected_prediction_tokens": drafted - accepted}
+    return out
 
 
 def cached(n_prompt: int, stats: Stats) -> int:
@@ -75,6 +81,38 @@ class Reply:
     truncated: bool = False
     rid: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
+    piece: Callable[..., bytes] | None = None   # a token's bytes (the target's vocabulary), for logprobs
+    echo_text: str = ""     # `echo`: the prompt, written before the completion
+    echo_probs: list = field(default_factory=list)  # ... and its tokens' logprobs (the first None)
+
+    @property
+    def native(self) -> bool:
+        """llama-server's own response shape: /infill and /completion."""
+        return self.req.kind == "infill" or self.req.native
+
+    def logprobs(self, probs) -> Any:
+        """Tokens' logprobs (core.adjust.TokenLogprob) in this endpoint's
+        shape; None where the request asked for none."""
+        if self.req.logprobs is None or self.piece is None:
+            return None
+        text = lambda t: self.piece(t, special=True)  # noqa: E731
+        if self.native:
+            return [{**_entry(p.token, p.logprob, text, ids=True),
+                     "top_logprobs": [_entry(t, lp, text, ids=True) for t, lp in p.top]} for p in probs]
+        if self.req.kind == "chat":
+            return {"content": [{**_entry(p.token, p.logprob, text),
+                                 "top_logprobs": [_entry(t, lp, text) for t, lp in p.top]} for p in probs],
+                    "refusal": None}
+        probs = [*self.echo_probs, *probs]  # the prompt's first token has no logprob (None), but a text
+        tokens = [_text(text(p.token)) for p in probs]
+        offsets, at = [], 0
+        for t in tokens:
+            offsets.append(at)
+            at += len(t)
+        return {"tokens": tokens, "token_logprobs": [p.logprob for p in probs],
+                "top_logprobs": [{_text(text(t)): lp for t, lp in p.top} if p.top is not None else None
+                                 for p in probs]
+                if self.req.logprobs else None, "text_offset": offsets}
 
     def __post_init__(self):
         self.rid = self.rid or new_id(self.req.kind)
@@ -88,11 +126,12 @@ class Reply:
                                  "warnings": list(g.warnings), "compile_ms": round(g.compile_s * 1000, 3)}
         return out
 
-    def full(self, text: str, finish: str | None, stats: Stats, stop_type: str | None = None) -> dict:
-        """The non-streamed response."""
-        if self.req.kind == "infill":
-            return self.infill(text, finish, stats, final=True, stop_type=stop_type)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(finish, "stop"), "logprobs": None}
+    def full(self, text: str, finish: str | None, stats: Stats, stop_type: str | None = None, probs=()) -> dict:
+        """The non-streamed response (`probs`: its tokens' logprobs, where asked)."""
+        if self.native:
+            return self.infill(text, finish, stats, final=True, stop_type=stop_type, probs=probs)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(finish, "stop"),
+                                  "logprobs": self.logprobs(probs)}
         extra: dict[str, Any] = {}
         if self.req.kind == "chat":
             choice["message"] = {"role": "assistant", "content": text}
@@ -107,10 +146,11 @@ class Reply:
                     extra["tool_call_form"] = parsed.form  # the template's syntax, or a form it read besides
             obj = "chat.completion"
         else:
-            choice["text"] = text
+            choice["text"] = self.echo_text + text
             obj = "text_completion"
         return {"id": self.rid, "object": obj, "created": self.created, "model": self.model,
-                "choices": [choice], "usage": usage(self.n_prompt, stats), **self.extras(stats), **extra}
+                "choices": [choice], "usage": usage(self.n_prompt, stats, self.req.prediction is not None),
+                **self.extras(stats), **extra}
 
     def tool_chunk(self, calls) -> dict:
         """The streamed tool calls, each whole in one delta (OpenAI's clients
@@ -120,16 +160,16 @@ class Reply:
                 "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}]}
 
     def chunk(self, text: str | None, finish: str | None, stats: Stats | None = None, *,
-              first: bool = False, stop_type: str | None = None, segments=None) -> dict:
+              first: bool = False, stop_type: str | None = None, segments=None, probs=()) -> dict:
         """One streamed chunk: text, or the final one with the finish reason.
         `segments`, the text by origin ((piece, drafted?) pairs), go out as
         the extension field `spec_segments` ([{"text", "drafted"}], which
         OpenAI clients ignore): drafted is true for text the draft proposed
         and the target accepted, false for the target's own tokens."""
-        if self.req.kind == "infill":
-            return self.infill(text or "", finish, stats, final=stats is not None, stop_type=stop_type)
+        if self.native:
+            return self.infill(text or "", finish, stats, final=stats is not None, stop_type=stop_type, probs=probs)
         choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(finish) if stats is not None else None,
-                                  "logprobs": None}
+                                  "logprobs": self.logprobs(probs) if probs else None}
         if self.req.kind == "chat":
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
             if text:
@@ -149,16 +189,18 @@ class Reply:
     def usage_chunk(self, stats: Stats) -> dict:
         obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
         return {"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": [],
-                "usage": usage(self.n_prompt, stats)}
+                "usage": usage(self.n_prompt, stats, self.req.prediction is not None)}
 
     def infill(self, text: str, finish: str | None, stats: Stats | None, *, final: bool,
-               stop_type: str | None = None) -> dict:
+               stop_type: str | None = None, probs=()) -> dict:
         """llama-server's /infill response (or one streamed piece of it).
         `stop_type` as llama-server's ("eos", "word", "limit": a token
         budget, the context, n_indent, a time limit, the suffix repeated);
         `tokens_cached`: the tokens the context holds after it, the prompt's
         and the completion's."""
         out: dict[str, Any] = {"content": text, "stop": final, "model": self.model}
+        if self.req.logprobs is not None and (probs or final):
+            out["completion_probabilities"] = self.logprobs(probs)
         if final and stats is not None:
             stop_type = stop_type or ("none" if finish in ("cancelled", "interrupted") else "limit")
             out.update({
@@ -169,6 +211,19 @@ class Reply:
         if final and self.req.response_fields:
             return pick_fields(out, self.req.response_fields)
         return out
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", errors="replace")
+
+
+def _entry(token: int, logprob: float, text: Callable[[int], bytes], *, ids: bool = False) -> dict:
+    """One token's logprob entry: OpenAI's {token, logprob, bytes}, with
+    llama-server's `id` first (`ids`)."""
+    b = text(token)
+    out = {"id": token} if ids else {}
+    out.update({"token": _text(b), "logprob": logprob, "bytes": list(b)})
+    return out
 
 
 def pick_fields(obj: dict, paths: list[str]) -> dict:

@@ -47,6 +47,7 @@ from .metrics import Metrics
 log = logging.getLogger("spec_cli.serve")
 
 
+ECHO_CHUNK = 64  # prompt rows read at once for an echoed prompt's logprobs (Worker._echo)
 SIMILAR = 0.5  # a slot is reused for a prompt it holds this share of (Worker._slot_for)
 
 
@@ -310,6 +311,7 @@ class Worker:
     def _begin(self, job: Job, coming: int = 0) -> None:
         req, pair = job.req, self.pair
         n_ctx = pair.target.n_ctx
+        self._check_ids(req)
         # an infill prompt is cut to fit (as llama-server does), leaving room to answer
         room = min(req.max_tokens if req.max_tokens is not None else 256, n_ctx // 4)
         tokens, truncated, where = self._prompt(req, n_ctx - room)
@@ -328,23 +330,94 @@ class Worker:
             pair.reset()
         sampling = req.sampling
         seed = req.seed if req.seed is not None else secrets.randbits(31)
-        reply = Reply(req, self.cfg.model, self.cfg.proposer or pair.config.proposer, seed, len(tokens), truncated)
+        proposer, name = self._proposer(req)
+        reply = Reply(req, self.cfg.model, name, seed, len(tokens), truncated, piece=pair.target.vocab.piece)
+        if req.echo:
+            self._echo(reply, tokens)
         if req.max_tokens == 0:  # llama.vim's warm-up: read the prompt into the cache, write nothing
             job.emit("start", reply)
             job.emit("done", self._prefill_only(pair, tokens))
             self.served += 1
             return
-        gen = GenConfig(sampling=sampling, max_tokens=req.max_tokens or n_ctx, draft_max=self.cfg.draft_max,
+        spec = req.speculation
+        draft_max = self.cfg.draft_max if spec is None or spec.draft_max is None else \
+            min(self.cfg.draft_max, spec.draft_max)
+        gen = GenConfig(sampling=sampling, max_tokens=req.max_tokens or n_ctx, draft_max=draft_max,
                         stop=req.stop, seed=seed, adaptive=self.cfg.adaptive, rule=self.cfg.rule,
-                        grammar=req.grammar)
+                        grammar=req.grammar, adjust=req.adjust, logprobs=req.logprobs,
+                        draft_min=spec.draft_min if spec is not None else 0)
         stops = (EditorStops(n_indent=req.n_indent, suffix=req.input_suffix, t_max_predict_ms=req.t_max_predict_ms)
                  if req.kind == "infill" else None)
-        proposer = pair.new_proposer(name=self.cfg.proposer, store=self.store)
         session = Session(pair, tokens, gen, proposer, stops=stops, cancelled=job.cancel.is_set)
         stream = self.batch.add(seq, Generation(pair.target, proposer, tokens, gen), editor=req.kind == "infill")
         session.begin()
         self.slots[seq] = Running(job, session, stream)
         job.emit("start", reply)
+
+    def _check_ids(self, req: Request) -> None:
+        """Token ids a request names are the vocabulary's (a 400 naming the field)."""
+        n_vocab = self.pair.target.n_vocab
+        if req.adjust is not None and req.adjust.bias and req.adjust.bias[-1][0] >= n_vocab:
+            raise ApiError(400, f"'logit_bias' names token {req.adjust.bias[-1][0]}, but the vocabulary has "
+                                f"{n_vocab} (POST /tokenize gives a text's ids)", param="logit_bias")
+        if req.prompt_ids is not None and not all(0 <= t < n_vocab for t in req.prompt_ids):
+            raise ApiError(400, f"'prompt' holds a token id outside the vocabulary (0 to {n_vocab - 1})",
+                           param="prompt")
+
+    def _echo(self, reply: Reply, tokens: list[int]) -> None:
+        """The prompt written back (`echo`), with each token's logprob after
+        the ones before it where logprobs are asked for: the target reads the
+        prompt but its last token afresh, every row kept (the generation then
+        finds it in the cache)."""
+        from ..core.adjust import TokenLogprob, logprob_of
+
+        target, n = self.pair.target, reply.req.logprobs
+        vocab = target.vocab
+        reply.echo_text = b"".join(vocab.piece(t, special=False) for t in tokens).decode("utf-8", "replace") \
+            if reply.req.prompt_ids is not None else reply.req.prompt
+        if n is None:
+            return
+        probs, body = [TokenLogprob(tokens[0], None, None)], tokens[:-1]
+        target.candidates_k = None
+        target.truncate(0)
+        for start in range(0, len(body), ECHO_CHUNK):
+            chunk = body[start:start + ECHO_CHUNK]
+            rows = target.decode(chunk, logits_from=0, copy=False)
+            probs += [logprob_of(rows[j], tokens[start + j + 1], n) for j in range(len(chunk))]
+        reply.echo_probs = probs
+
+    def _proposer(self, req: Request):
+        """(what drafts for `req`, its name): the server's, or the one its
+        `speculation` names (a 400 naming the field where the server did not
+        load what it needs), with its `p_min` and `prediction`."""
+        from ..run.proposers.registry import PROPOSERS
+
+        pair, spec = self.pair, req.speculation
+        name = self.cfg.proposer or pair.config.proposer
+        if spec is not None and spec.proposer is not None and spec.proposer != name:
+            if spec.proposer not in PROPOSERS:
+                raise ApiError(400, f"'speculation.proposer' must be one of {', '.join(PROPOSERS)}, not "
+                                    f"{spec.proposer!r}", param="speculation.proposer")
+            name = spec.proposer
+        try:
+            proposer = pair.new_proposer(name=name, store=self.store)
+        except SpecError as e:
+            raise ApiError(400, f"'speculation.proposer' {name!r} cannot draft on this server: {e.message}",
+                           param="speculation.proposer") from None
+        if spec is not None and spec.p_min is not None:
+            for part in (proposer, getattr(proposer, "draft_model", None)):
+                if hasattr(part, "p_min"):
+                    part.p_min = spec.p_min
+        if req.prediction and name != "none":
+            from ..run.proposers.hybrid import Hybrid
+            from ..run.suffix import Lookup
+
+            lookup = proposer if isinstance(proposer, Lookup) else getattr(proposer, "lookup", None)
+            if lookup is None:  # a drafter alone: the prediction's lookup beside it
+                lookup = Lookup()
+                proposer = Hybrid(lookup, proposer)
+            lookup.predict(pair.target.vocab.tokenize(req.prediction, add_special=False))
+        return proposer, name
 
     def _round(self) -> None:
         """One round of the batch; each request's step goes to its client."""
@@ -376,6 +449,8 @@ class Worker:
             self.metrics.step(step)
 
             def show(step, stats, job=r.job):
+                if step.logprobs:
+                    job.emit("probs", step.logprobs)  # they go out with the next text
                 if step.text:
                     job.emit("step", step.segments)  # the text by origin: drafted and accepted, or the target's
 
@@ -412,6 +487,8 @@ class Worker:
             tools = [t.as_openai() for t in use.tools] if use is not None and use.choice != "none" else None
             return target.vocab.tokenize_chat(req.messages, tools), False, "messages"
         if req.kind == "completion":
+            if req.prompt_ids is not None:
+                return list(req.prompt_ids), False, "prompt"
             return target.vocab.tokenize(req.prompt, add_special=True, parse_special=False), False, "prompt"
         fim = fim_prompt(target.vocab, req.input_prefix, req.input_suffix, middle=req.prompt,
                          extra=req.input_extra, budget=budget)
