@@ -45,6 +45,24 @@ def test_lookup_proposes_what_followed_the_match():
     assert lk.draft(ctx, cand, 3).probs is None
 
 
+def test_a_prediction_drafts_the_answer_from_its_first_token_and_outranks_the_prompt():
+    from spec_cli.run.suffix.priors import lookup_prior
+
+    prompt, answer = [50, 1, 2, 3, 4, 60, 61], [1, 2, 3, 4, 5]
+    lk = Lookup()
+    lk.predict(answer)
+    lk.prepare(prompt)
+    (cand,) = lk.candidates(prompt)  # the prompt's tail leads into the prediction's start
+    assert cand.source.origin == "prediction" and lk.draft(prompt, cand, 5).tokens == answer
+    ctx = prompt + [1, 2]  # "1 2" is in the prompt and in the prediction (no copy running yet)
+    lk = Lookup()
+    lk.predict(answer)
+    lk.prepare(prompt)
+    cands = {c.source.origin: c for c in lk.candidates(ctx)}
+    assert set(cands) == {"prompt", "prediction"}
+    assert lookup_prior(cands["prediction"].source, 1)[0] > lookup_prior(cands["prompt"].source, 1)[0]
+
+
 def test_lookup_prefers_the_longest_match_then_the_most_frequent_then_the_latest():
     ctx = [1, 2, 3, 7, 8, 5, 2, 3, 6, 1, 2, 3]
     assert propose(Lookup(), ctx, 2).tokens == [7, 8]  # "1 2 3" beats the later "2 3"

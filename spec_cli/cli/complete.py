@@ -71,10 +71,11 @@ def complete(
     if not prefix and not after:
         raise SpecError("nothing to complete: the prefix on stdin and the suffix are both empty")
     indent = cursor_indent(prefix) if n_indent is None else n_indent
+    adjust = penalties(repeat_penalty, presence_penalty, frequency_penalty, repeat_last_n)
     if server:
         completion, finish, stats = _ask_server(server, prefix, after, max_tokens=max_tokens, n_indent=indent,
                                                 t_max_predict_ms=t_max_predict_ms, temp=temp, top_k=top_k,
-                                                top_p=top_p, min_p=min_p, seed=seed)
+                                                top_p=top_p, min_p=min_p, seed=seed, adjust=adjust)
     else:
         completion, finish, stats = _complete_here(
             prefix, after, EditorStops(n_indent=indent, suffix=after, t_max_predict_ms=t_max_predict_ms, max_lines=max_lines),
@@ -82,7 +83,7 @@ def complete(
                        **placement(rpc, tensor_split),
                        gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic), rule,
             sampling(temp, top_k, top_p, min_p), max_tokens=max_tokens, draft_max=draft_max,
-            adaptive=not fixed_draft, seed=seed_or_new(seed), quiet=quiet or as_json)
+            adaptive=not fixed_draft, seed=seed_or_new(seed), quiet=quiet or as_json, adjust=adjust)
     if max_lines:
         completion = "\n".join(completion.split("\n")[:max_lines])
     # an editor inserts the text before the suffix: no dangling new line or indentation
@@ -96,16 +97,16 @@ def complete(
 
 
 def _complete_here(prefix: str, after: str, stops, cfg: PairConfig, rule: str, samp, *, max_tokens: int,
-                   draft_max: int, adaptive: bool, seed: int, quiet: bool) -> tuple[str, str | None, dict]:
+                   draft_max: int, adaptive: bool, seed: int, quiet: bool,
+                   adjust=None) -> tuple[str, str | None, dict]:
     """Load the pair in this process and complete."""
     from ..run.editor import fim_prompt
     from ..run.engine import GenConfig
     from ..run.session import Session
     from ..term import render
 
-    gen = GenConfig(adjust=penalties(repeat_penalty, presence_penalty, frequency_penalty, repeat_last_n),
-                    sampling=samp, max_tokens=max_tokens, draft_max=draft_max, adaptive=adaptive, seed=seed,
-                    rule=rule)
+    gen = GenConfig(adjust=adjust, sampling=samp, max_tokens=max_tokens, draft_max=draft_max, adaptive=adaptive,
+                    seed=seed, rule=rule)
     pair = load(cfg, quiet=quiet, rule=rule)
     try:
         fim = fim_prompt(pair.target.vocab, prefix, after)
@@ -122,7 +123,8 @@ def _complete_here(prefix: str, after: str, stops, cfg: PairConfig, rule: str, s
 
 
 def _ask_server(url: str, prefix: str, after: str, *, max_tokens: int, n_indent: int, t_max_predict_ms: float,
-                temp: float, top_k: int, top_p: float, min_p: float, seed: int | None) -> tuple[str, str | None, dict]:
+                temp: float, top_k: int, top_p: float, min_p: float, seed: int | None,
+                adjust=None) -> tuple[str, str | None, dict]:
     """POST /infill to a running `spec-cli serve`."""
     import urllib.error
     import urllib.request
@@ -130,6 +132,9 @@ def _ask_server(url: str, prefix: str, after: str, *, max_tokens: int, n_indent:
     body = {"input_prefix": prefix, "input_suffix": after, "n_predict": max_tokens, "n_indent": n_indent,
             "t_max_predict_ms": t_max_predict_ms, "temperature": temp, "top_k": top_k, "top_p": top_p,
             "min_p": min_p, "seed": seed}
+    if adjust is not None:
+        body.update(repeat_penalty=adjust.repeat, presence_penalty=adjust.presence,
+                    frequency_penalty=adjust.frequency, repeat_last_n=adjust.last_n)
     headers = {"Content-Type": "application/json"}
     if os.environ.get("SPEC_CLI_API_KEY"):
         headers["Authorization"] = f"Bearer {os.environ['SPEC_CLI_API_KEY']}"

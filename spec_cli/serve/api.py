@@ -6,47 +6,20 @@ responses are replies.py's.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.constraint import ConstraintError, Spec
-from ..core.tools import MAX_TOOLS, NAME, Tool, ToolUse
+from ..core.tools import ToolUse
 from ..core.adjust import Adjust
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingConfig
 from . import fields
+# the errors are imported from here by the rest of serve/
+from .checks import ApiError, bad, flag, internal, json_object, number, shutting_down, string  # noqa: F401
+from .messages import message, tools
 from .fields import FieldError, Speculation
 
 MAX_STOPS = 16
-
-
-class ApiError(Exception):
-    """An error answered in OpenAI's shape, with its HTTP status."""
-
-    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error",
-                 param: str | None = None, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.message, self.kind, self.param = status, message, kind, param
-        self.headers = headers or {}
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
-                          "code": self.status}}
-
-
-def internal(exc: BaseException) -> ApiError:
-    """A bug's 500: its kind, never its input (the log has the traceback)."""
-    return ApiError(500, f"internal error ({type(exc).__name__}); the server log has the details",
-                    kind="server_error")
-
-
-def shutting_down() -> ApiError:
-    return ApiError(503, "the server is shutting down", kind="unavailable_error")
-
-
-def bad(param: str, message: str) -> ApiError:
-    return ApiError(400, f"'{param}' {message}", param=param)
 
 
 @dataclass
@@ -90,48 +63,6 @@ class Request:
 
 # -- field checks -------------------------------------------------------------
 
-MAX_INT = 2 ** 63  # the largest integer any numeric field takes, before its own bounds (seeds: mod 2**31)
-
-
-def _number(body: dict, name: str, default, *, lo: float | None = None, hi: float | None = None,
-            integer: bool = False):
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise bad(name, f"must be {'an integer' if integer else 'a number'}, not {value!r}")
-    if isinstance(value, int) and abs(value) > MAX_INT:  # a float cannot hold it: refused before any arithmetic
-        raise bad(name, f"must be at most 2**63 in size, not a {value.bit_length()}-bit integer")
-    if integer and not float(value).is_integer():
-        raise bad(name, f"must be an integer, not {value!r}")
-    if not math.isfinite(value):
-        raise bad(name, f"must be finite, not {value!r}")
-    if lo is not None and value < lo:
-        raise bad(name, f"must be at least {lo}, not {value!r}")
-    if hi is not None and value > hi:
-        raise bad(name, f"must be at most {hi}, not {value!r}")
-    return int(value) if integer else float(value)
-
-
-def _typed(body: dict, name: str, default, kind: type, wrong):
-    """body[name] if it is a `kind`, `default` if absent; else 400 with
-    `wrong(value)` saying what it must be."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, kind):
-        raise bad(name, wrong(value))
-    return value
-
-
-def _string(body: dict, name: str, default: str = "") -> str:
-    return _typed(body, name, default, str, lambda v: f"must be a string, not {type(v).__name__}")
-
-
-def _bool(body: dict, name: str, default: bool) -> bool:
-    return _typed(body, name, default, bool, lambda v: f"must be true or false, not {v!r}")
-
-
 def _stops(body: dict) -> tuple[str, ...]:
     value = body.get("stop")
     if value is None:
@@ -146,9 +77,9 @@ def _stops(body: dict) -> tuple[str, ...]:
 
 
 def _sampling(body: dict, req: Request, *, temperature: float) -> None:
-    if _number(body, "n", 1, integer=True) != 1:
+    if number(body, "n", 1, integer=True) != 1:
         raise bad("n", "must be 1: one choice per request")
-    if _number(body, "best_of", 1, integer=True) != 1:
+    if number(body, "best_of", 1, integer=True) != 1:
         raise bad("best_of", "must be 1: one candidate per request")
     if body.get("echo") not in (None, False) and not req.echo:
         raise bad("echo", "must be false here: only /v1/completions writes the prompt back")
@@ -164,23 +95,23 @@ def _sampling(body: dict, req: Request, *, temperature: float) -> None:
         raise _field_error(e) from None
     try:  # the rules the generation applies, checked here so the error names its field
         req.sampling = SamplingConfig(
-            temperature=_number(body, "temperature", temperature, lo=0.0, hi=100.0),
-            top_k=_number(body, "top_k", DEFAULT_TOP_K, lo=0, integer=True) if on is None or "top_k" in on else 0,
-            top_p=_number(body, "top_p", DEFAULT_TOP_P, lo=0.0, hi=1.0) if on is None or "top_p" in on else 1.0,
-            min_p=_number(body, "min_p", DEFAULT_MIN_P, lo=0.0, hi=1.0) if on is None or "min_p" in on else 0.0)
+            temperature=number(body, "temperature", temperature, lo=0.0, hi=100.0),
+            top_k=number(body, "top_k", DEFAULT_TOP_K, lo=0, integer=True) if on is None or "top_k" in on else 0,
+            top_p=number(body, "top_p", DEFAULT_TOP_P, lo=0.0, hi=1.0) if on is None or "top_p" in on else 1.0,
+            min_p=number(body, "min_p", DEFAULT_MIN_P, lo=0.0, hi=1.0) if on is None or "min_p" in on else 0.0)
     except ValueError as e:
         name, _, rest = str(e).partition(" ")
         raise bad(name, rest) from None
-    req.seed = _number(body, "seed", None, integer=True)
+    req.seed = number(body, "seed", None, integer=True)
     if req.seed is not None:
         req.seed %= 1 << 31
     req.stop = _stops(body)
-    req.stream = _bool(body, "stream", False)
+    req.stream = flag(body, "stream", False)
     options = body.get("stream_options")
     if options is not None:
         if not isinstance(options, dict):
             raise bad("stream_options", "must be an object")
-        req.include_usage = _bool(options, "include_usage", False)
+        req.include_usage = flag(options, "include_usage", False)
 
 
 def _field_error(e: Exception) -> ApiError:
@@ -263,7 +194,7 @@ def _max_tokens(body: dict, *names: str, zero: bool = False) -> int | None:
     """The token budget; 0 (the prompt read, nothing written) only for
     llama-server's n_predict and for an echoed prompt (`zero`)."""
     for name in names:
-        value = _number(body, name, None, integer=True)
+        value = number(body, name, None, integer=True)
         if value is not None:
             if value == -1 and name == "n_predict":
                 return None  # llama-server: -1 = until the context is full
@@ -273,18 +204,12 @@ def _max_tokens(body: dict, *names: str, zero: bool = False) -> int | None:
     return None
 
 
-def _object(body: Any) -> dict:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    return body
-
-
 def parse_chat(body: Any) -> Request:
-    body = _object(body)
+    body = json_object(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "must be a non-empty list of {role, content} objects")
-    out = [_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
+    out = [message(m, f"messages[{i}]") for i, m in enumerate(messages)]
     for i, m in enumerate(out):  # a tool's result answers the assistant's calls just before it
         if m["role"] == "tool" and not (i and (out[i - 1].get("tool_calls") or out[i - 1]["role"] == "tool")):
             raise bad(f"messages[{i}]", "is a tool's result, but no assistant message with 'tool_calls' comes "
@@ -294,7 +219,7 @@ def parse_chat(body: Any) -> Request:
     _sampling(body, req, temperature=1.0)
     _prediction(body, req)
     req.constraint = _constraint(body)
-    req.tools = _tools(body)
+    req.tools = tools(body)
     if req.tools is not None and req.constraint is not None and req.constraint.kind not in (
             "json_schema", "json_object"):
         raise ApiError(400, f"'{req.constraint.where}' (a grammar) together with 'tools' is not supported: "
@@ -303,108 +228,13 @@ def parse_chat(body: Any) -> Request:
     return req
 
 
-def _message(m: Any, where: str) -> dict:
-    """One chat message as the chat template reads it: system, user and
-    assistant text, an assistant's `tool_calls` (their arguments as objects,
-    as templates write them), a `tool` message's result."""
-    if not isinstance(m, dict):
-        raise bad(where, "must be an object with 'role' and 'content'")
-    role = m.get("role")
-    if role not in ("system", "developer", "user", "assistant", "tool"):
-        raise bad(f"{where}.role", f"must be system, user, assistant or tool, not {role!r}")
-    out: dict[str, Any] = {"role": "system" if role == "developer" else role,
-                           "content": _content(m.get("content"), f"{where}.content")}
-    if role == "tool":
-        out["tool_call_id"] = _string(m, "tool_call_id")
-        if m.get("name") is not None:
-            out["name"] = _string(m, "name")
-    calls = m.get("tool_calls")
-    if calls is not None and role == "assistant":
-        if not isinstance(calls, list):
-            raise bad(f"{where}.tool_calls", "must be a list of calls")
-        out["tool_calls"] = [_history_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
-    return out
-
-
-def _history_call(c: Any, where: str) -> dict:
-    fn = c.get("function") if isinstance(c, dict) else None
-    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-        raise bad(where, "must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}")
-    args = fn.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except ValueError:
-            raise bad(f"{where}.function.arguments", "must be a JSON object (as a string)") from None
-    if not isinstance(args, dict):
-        raise bad(f"{where}.function.arguments", "must be a JSON object")
-    return {"id": str(c.get("id") or ""), "type": "function", "function": {"name": fn["name"], "arguments": args}}
-
-
-def _tools(body: dict) -> ToolUse | None:
-    """OpenAI's `tools` (functions, each with a JSON schema of its
-    parameters), `tool_choice` and `parallel_tool_calls`; None where there
-    are no tools."""
-    tools = body.get("tools")
-    choice = body.get("tool_choice")
-    if tools is None or tools == []:
-        if choice not in (None, "none", "auto"):
-            raise bad("tool_choice", "names a tool, but 'tools' defines none")
-        return None
-    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
-        raise bad("tools", f"must be a list of at most {MAX_TOOLS} functions")
-    defined = []
-    for i, t in enumerate(tools):
-        fn = t.get("function") if isinstance(t, dict) and t.get("type", "function") == "function" else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not NAME.match(fn["name"]):
-            raise bad(f"tools[{i}]", "must be {\"type\": \"function\", \"function\": {\"name\": ...}} "
-                                     "with a name of letters, digits, '_', '-' or '.' (at most 64)")
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise bad(f"tools[{i}].function.parameters", "must be a JSON schema object")
-        description = fn.get("description") or ""
-        if not isinstance(description, str):
-            raise bad(f"tools[{i}].function.description", "must be a string")
-        strict = fn.get("strict")
-        if strict is not None and not isinstance(strict, bool):
-            raise bad(f"tools[{i}].function.strict", "must be true or false")
-        defined.append(Tool(fn["name"], description, params, strict is True))
-    if len({t.name for t in defined}) < len(defined):
-        raise bad("tools", "names a function twice")
-    parallel = _bool(body, "parallel_tool_calls", True)
-    if choice is None or choice in ("auto", "none", "required"):
-        return ToolUse(tuple(defined), choice or "auto", parallel=parallel)
-    fn = choice.get("function") if isinstance(choice, dict) else None
-    name = fn.get("name") if isinstance(fn, dict) else None
-    if name not in {t.name for t in defined}:
-        raise bad("tool_choice", "must be auto, none, required or {\"type\": \"function\", \"function\": "
-                                 "{\"name\": ...}} naming one of 'tools'")
-    return ToolUse(tuple(defined), "function", name, parallel)
-
-
-def _content(content: Any, where: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for j, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise bad(f"{where}[{j}]", "must be a text part {\"type\": \"text\", \"text\": ...}: "
-                                           "this server reads text only")
-            parts.append(part["text"])
-        return "".join(parts)
-    raise bad(where, "must be a string or a list of text parts")
-
-
 def parse_completion(body: Any, *, native: bool = False) -> Request:
     """OpenAI's /v1/completions, or (`native`) llama-server's /completion:
     the same fields, its answer in llama-server's shape.  The prompt is a
     text or its token ids (one prompt a request); `echo` writes it back
     before the completion, with its own logprobs where they are asked for
     (`max_tokens: 0` then scores the prompt alone)."""
-    body = _object(body)
+    body = json_object(body)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
@@ -417,8 +247,8 @@ def parse_completion(body: Any, *, native: bool = False) -> Request:
         raise bad("prompt", "is empty")
     if body.get("suffix") is not None:
         raise bad("suffix", "is not supported here: use POST /infill for fill-in-the-middle")
-    echo = _bool(body, "echo", False) and not native
-    if echo and _bool(body, "stream", False):
+    echo = flag(body, "echo", False) and not native
+    if echo and flag(body, "stream", False):
         raise bad("echo", "cannot be streamed here: send it with 'stream': false")
     req = Request("completion", prompt=prompt, prompt_ids=ids, echo=echo, native=native,
                   max_tokens=_max_tokens(body, "max_tokens", "n_predict", zero=echo))
@@ -426,7 +256,7 @@ def parse_completion(body: Any, *, native: bool = False) -> Request:
         req.max_tokens = 16  # OpenAI's default for completions (llama-server's /completion: until the end)
     _sampling(body, req, temperature=1.0 if not native else 0.8)
     if native:
-        req.cache_prompt = _bool(body, "cache_prompt", True)
+        req.cache_prompt = flag(body, "cache_prompt", True)
         _response_fields(body, req)
     _prediction(body, req)
     req.constraint = _constraint(body)
@@ -447,9 +277,9 @@ def parse_infill(body: Any) -> Request:
     model's most likely one, and the one speculation makes fastest);
     `samplers` is accepted, and `temperature`, `top_k`, `top_p`, `min_p`
     given are used."""
-    body = _object(body)
-    req = Request("infill", input_prefix=_string(body, "input_prefix"), input_suffix=_string(body, "input_suffix"),
-                  prompt=_string(body, "prompt"), max_tokens=_max_tokens(body, "n_predict", "max_tokens"))
+    body = json_object(body)
+    req = Request("infill", input_prefix=string(body, "input_prefix"), input_suffix=string(body, "input_suffix"),
+                  prompt=string(body, "prompt"), max_tokens=_max_tokens(body, "n_predict", "max_tokens"))
     extra = body.get("input_extra")
     if extra is not None:
         if not isinstance(extra, list):
@@ -459,10 +289,10 @@ def parse_infill(body: Any) -> Request:
                     or not isinstance(chunk.get("filename", ""), str):
                 raise bad(f"input_extra[{i}]", "must be an object with string 'filename' and 'text'")
             req.input_extra.append((chunk.get("filename") or "tmp", chunk.get("text") or ""))
-    req.n_indent = _number(body, "n_indent", 0, lo=0, integer=True)
-    req.t_max_predict_ms = _number(body, "t_max_predict_ms", 0.0, lo=0.0)
-    _number(body, "t_max_prompt_ms", 0.0)  # accepted; the prompt is read in one go
-    req.cache_prompt = _bool(body, "cache_prompt", True)
+    req.n_indent = number(body, "n_indent", 0, lo=0, integer=True)
+    req.t_max_predict_ms = number(body, "t_max_predict_ms", 0.0, lo=0.0)
+    number(body, "t_max_prompt_ms", 0.0)  # accepted; the prompt is read in one go
+    req.cache_prompt = flag(body, "cache_prompt", True)
     _response_fields(body, req)
     _sampling(body, req, temperature=0.0)
     if not (req.input_prefix or req.input_suffix or req.prompt or req.input_extra):

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SpecError
-from .api import ApiError, _bool, _object, bad, parse_chat
+from .api import ApiError, parse_chat
+from .checks import bad, flag, json_object
 
 MAX_DETOKENIZE = 1 << 20   # tokens /detokenize reads
 
@@ -21,15 +22,15 @@ def tokenize(vocab, body: Any) -> dict:
     piece that is not whole UTF-8 is given as its bytes, as llama-server does.
     vLLM's names are read too ("prompt", "add_special_tokens": what
     lm-evaluation-harness's remote tokenizer sends), with its "count"."""
-    body = _object(body)
+    body = json_object(body)
     name = "content" if "content" in body or "prompt" not in body else "prompt"
     content = body.get(name)
     if not isinstance(content, str):
         raise bad(name, "must be the text to tokenize, as a string")
-    special = _bool(body, "add_special", False) if "add_special" in body else _bool(body, "add_special_tokens",
+    special = flag(body, "add_special", False) if "add_special" in body else flag(body, "add_special_tokens",
                                                                                    False)
-    ids = vocab.tokenize(content, add_special=special, parse_special=_bool(body, "parse_special", True))
-    if not _bool(body, "with_pieces", False):
+    ids = vocab.tokenize(content, add_special=special, parse_special=flag(body, "parse_special", True))
+    if not flag(body, "with_pieces", False):
         return {"tokens": ids, "count": len(ids)}
     out = []
     for t in ids:
@@ -44,7 +45,7 @@ def tokenize(vocab, body: Any) -> dict:
 
 def detokenize(vocab, n_vocab: int, body: Any) -> dict:
     """{"tokens": ids} -> {"content": text}; an id outside the vocabulary is a 400."""
-    body = _object(body)
+    body = json_object(body)
     tokens = body.get("tokens", [])
     if not isinstance(tokens, list) or len(tokens) > MAX_DETOKENIZE:
         raise bad("tokens", f"must be a list of at most {MAX_DETOKENIZE} token ids")

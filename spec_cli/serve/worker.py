@@ -42,12 +42,12 @@ from ..run.suffix import Store
 from .api import ApiError, Request, internal, shutting_down
 from .constrain import tool_spec
 from .replies import Reply
+from .start import check_ids, echo, proposer_for
 from .metrics import Metrics
 
 log = logging.getLogger("spec_cli.serve")
 
 
-ECHO_CHUNK = 64  # prompt rows read at once for an echoed prompt's logprobs (Worker._echo)
 SIMILAR = 0.5  # a slot is reused for a prompt it holds this share of (Worker._slot_for)
 
 
@@ -311,7 +311,7 @@ class Worker:
     def _begin(self, job: Job, coming: int = 0) -> None:
         req, pair = job.req, self.pair
         n_ctx = pair.target.n_ctx
-        self._check_ids(req)
+        check_ids(req, pair.target.n_vocab)
         # an infill prompt is cut to fit (as llama-server does), leaving room to answer
         room = min(req.max_tokens if req.max_tokens is not None else 256, n_ctx // 4)
         tokens, truncated, where = self._prompt(req, n_ctx - room)
@@ -330,10 +330,10 @@ class Worker:
             pair.reset()
         sampling = req.sampling
         seed = req.seed if req.seed is not None else secrets.randbits(31)
-        proposer, name = self._proposer(req)
+        proposer, name = proposer_for(pair, req, self.cfg.proposer, self.store)
         reply = Reply(req, self.cfg.model, name, seed, len(tokens), truncated, piece=pair.target.vocab.piece)
         if req.echo:
-            self._echo(reply, tokens)
+            echo(pair.target, reply, tokens)
         if req.max_tokens == 0:  # llama.vim's warm-up: read the prompt into the cache, write nothing
             job.emit("start", reply)
             job.emit("done", self._prefill_only(pair, tokens))
@@ -353,71 +353,6 @@ class Worker:
         session.begin()
         self.slots[seq] = Running(job, session, stream)
         job.emit("start", reply)
-
-    def _check_ids(self, req: Request) -> None:
-        """Token ids a request names are the vocabulary's (a 400 naming the field)."""
-        n_vocab = self.pair.target.n_vocab
-        if req.adjust is not None and req.adjust.bias and req.adjust.bias[-1][0] >= n_vocab:
-            raise ApiError(400, f"'logit_bias' names token {req.adjust.bias[-1][0]}, but the vocabulary has "
-                                f"{n_vocab} (POST /tokenize gives a text's ids)", param="logit_bias")
-        if req.prompt_ids is not None and not all(0 <= t < n_vocab for t in req.prompt_ids):
-            raise ApiError(400, f"'prompt' holds a token id outside the vocabulary (0 to {n_vocab - 1})",
-                           param="prompt")
-
-    def _echo(self, reply: Reply, tokens: list[int]) -> None:
-        """The prompt written back (`echo`), with each token's logprob after
-        the ones before it where logprobs are asked for: the target reads the
-        prompt but its last token afresh, every row kept (the generation then
-        finds it in the cache)."""
-        from ..core.adjust import TokenLogprob, logprob_of
-
-        target, n = self.pair.target, reply.req.logprobs
-        vocab = target.vocab
-        reply.echo_text = b"".join(vocab.piece(t, special=False) for t in tokens).decode("utf-8", "replace") \
-            if reply.req.prompt_ids is not None else reply.req.prompt
-        if n is None:
-            return
-        probs, body = [TokenLogprob(tokens[0], None, None)], tokens[:-1]
-        target.candidates_k = None
-        target.truncate(0)
-        for start in range(0, len(body), ECHO_CHUNK):
-            chunk = body[start:start + ECHO_CHUNK]
-            rows = target.decode(chunk, logits_from=0, copy=False)
-            probs += [logprob_of(rows[j], tokens[start + j + 1], n) for j in range(len(chunk))]
-        reply.echo_probs = probs
-
-    def _proposer(self, req: Request):
-        """(what drafts for `req`, its name): the server's, or the one its
-        `speculation` names (a 400 naming the field where the server did not
-        load what it needs), with its `p_min` and `prediction`."""
-        from ..run.proposers.registry import PROPOSERS
-
-        pair, spec = self.pair, req.speculation
-        name = self.cfg.proposer or pair.config.proposer
-        if spec is not None and spec.proposer is not None and spec.proposer != name:
-            if spec.proposer not in PROPOSERS:
-                raise ApiError(400, f"'speculation.proposer' must be one of {', '.join(PROPOSERS)}, not "
-                                    f"{spec.proposer!r}", param="speculation.proposer")
-            name = spec.proposer
-        try:
-            proposer = pair.new_proposer(name=name, store=self.store)
-        except SpecError as e:
-            raise ApiError(400, f"'speculation.proposer' {name!r} cannot draft on this server: {e.message}",
-                           param="speculation.proposer") from None
-        if spec is not None and spec.p_min is not None:
-            for part in (proposer, getattr(proposer, "draft_model", None)):
-                if hasattr(part, "p_min"):
-                    part.p_min = spec.p_min
-        if req.prediction and name != "none":
-            from ..run.proposers.hybrid import Hybrid
-            from ..run.suffix import Lookup
-
-            lookup = proposer if isinstance(proposer, Lookup) else getattr(proposer, "lookup", None)
-            if lookup is None:  # a drafter alone: the prediction's lookup beside it
-                lookup = Lookup()
-                proposer = Hybrid(lookup, proposer)
-            lookup.predict(pair.target.vocab.tokenize(req.prediction, add_special=False))
-        return proposer, name
 
     def _round(self) -> None:
         """One round of the batch; each request's step goes to its client."""

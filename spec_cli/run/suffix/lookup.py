@@ -13,7 +13,7 @@ from ...core.tokens import common_prefix
 from ..proposers.base import Candidate, EMPTY, Proposal
 from .copy import MAX_COPIES, Copy, _edit_before
 from .index import DEPTH, SuffixIndex, bucket
-from .priors import lookup_prior
+from .priors import PREDICTION, lookup_prior
 from .store import Store
 
 ALPHA = 2.0        # most tokens offered per token of match
@@ -88,7 +88,7 @@ class Lookup:
             c.feed(context)
         self.copies = [c for c in self.copies if not c.lost][-MAX_COPIES:]
         running = [c for c in self.copies if c.aligned and c.pos < len(c.index.tokens)]
-        self.copy = max(running, key=lambda c: c.matched) if running else None
+        self.copy = max(running, key=lambda c: (c.matched, c.origin == PREDICTION)) if running else None
         if self.copy is not None:
             # how long the output has followed the copy says how far it will: learned apart
             source = Source(self.copy.origin, "run", bucket(self.copy.matched))
@@ -96,7 +96,7 @@ class Lookup:
             out.append(Candidate(source, max(1, math.ceil(self.alpha * self.copy.matched))))
         sources = ([] if self.copy else [(self.index, None)]) + (
             [(self.store.index, "hist")] if self.store is not None else []) + (
-            [(self.prediction, "prediction")] if self.prediction is not None and not self.copy else [])
+            [(self.prediction, PREDICTION)] if self.prediction is not None else [])
         for index, origin in sources:
             n, key = index.match(context)
             if n == 0:

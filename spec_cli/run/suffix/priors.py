@@ -16,6 +16,7 @@ FIRST = {"": {1: 0.35, 2: 0.5, 3: 0.65, 4: 0.75, 8: 0.95, 16: 0.98},
          "run": {1: 0.5, 2: 0.65, 3: 0.8, 4: 0.85, 8: 0.88, 16: 0.97}}
 LATER = (0.75, 0.82, 0.82, 0.92)   # tokens 2, 3, 4, and 5 on
 OUTPUT = 0.6   # the output repeats itself less surely than it copies its prompt
+PREDICTION = "prediction"  # the origin of drafts from a client's prediction (Lookup.predict)
 
 
 def lookup_prior(source: str, n: int) -> list[float]:
@@ -23,9 +24,11 @@ def lookup_prior(source: str, n: int) -> list[float]:
     src = Source.of(source)
     if not src.is_lookup:
         return unknown_prior(source, n)
-    first = FIRST.get(src.kind, FIRST[""]).get(src.matched, 0.7)
+    # the client's prediction is the answer it expects: trusted as a copy the output follows
+    kind = "run" if src.origin == PREDICTION else src.kind
+    first = FIRST.get(kind, FIRST[""]).get(src.matched, 0.7)
     later = [LATER[min(i, len(LATER) - 1)] for i in range(n - 1)]
-    if src.kind == "run":
+    if kind == "run":
         later = [max(first, x) for x in later]
     rates = [first] + later
     return [r * OUTPUT if src.origin == "output" else r for r in rates][:n]
