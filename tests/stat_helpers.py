@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -38,3 +40,29 @@ def chi2_fits(counts: dict, expected: dict, n: int) -> tuple[bool, float, float]
 def as_probs(x) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     return x / x.sum()
+
+
+def first_two_tokens(rows, p, n: int, rng_seed: int, make_pick) -> Counter:
+    """The first two tokens of n seeded runs of a rule, counted: run i's rule
+    is make_pick(i, out), `out` its output (engine._Output's face: `produced`,
+    `cfg`, and `emitted`, the tokens so far); a draft of two is sampled from
+    p (row j: position j), cut where the rule says (legal_draft) and
+    verified on rows; where fewer than two tokens came, one plain step on
+    row 1.  Row j scores output position j, whatever came before."""
+    from spec_cli.run.engine import legal_draft
+    from spec_cli.run.proposers.base import EMPTY, Proposal
+
+    counts, rng = Counter(), np.random.default_rng(rng_seed)
+    for i in range(n):
+        out = SimpleNamespace(produced=0, emitted=[], cfg=SimpleNamespace(margins=False, logprobs=None))
+        pick = make_pick(i, out)
+        draft = [int(rng.choice(p.shape[1], p=p[j])) for j in range(2)]
+        prop = Proposal(draft, probs=p)
+        draft = legal_draft(pick, draft, prop)
+        a, t = pick(rows[:len(draft) + 1], draft, prop)
+        out.emitted = toks = [*draft[:a], t]
+        out.produced = len(toks)
+        if len(toks) < 2:
+            toks.append(pick(rows[1:2], [], EMPTY)[1])
+        counts[tuple(toks[:2])] += 1
+    return counts

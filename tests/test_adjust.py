@@ -13,12 +13,12 @@ from spec_cli.core.adjust import Adjust, logprob_of
 from spec_cli.core.config import Decoding, SamplingConfig
 from spec_cli.core.sampling import probs
 from spec_cli.run.engine import legal_draft
-from spec_cli.run.proposers.base import EMPTY, Proposal
+from spec_cli.run.proposers.base import Proposal
 from spec_cli.run.rows import rows_rule
 from spec_cli.serve import fields
 from spec_cli.serve.api import ApiError, parse_chat, parse_completion, parse_infill
 
-from stat_helpers import chi2_fits
+from stat_helpers import chi2_fits, first_two_tokens
 
 V = 12
 
@@ -85,24 +85,12 @@ def _expected(rows):
     return out
 
 
-def _runs(rows, p, rule, n, history=lambda: CONTEXT):
-    s, counts = SamplingConfig(temperature=1.0), Counter()
-    rng = np.random.default_rng(11)
-    for i in range(n):
-        out = SimpleNamespace(produced=0, cfg=SimpleNamespace(margins=False, logprobs=None))
-        pick = rows_rule(Decoding(s, 500 + i, rule, None, PENALTY), out, history)
-        draft = [int(rng.choice(V, p=p[j])) for j in range(2)]
-        prop = Proposal(draft, probs=p)
-        draft = legal_draft(pick, draft, prop)
-        a, t = pick(rows[:len(draft) + 1], draft, prop)
-        toks = [*draft[:a], t]
-        out.produced = len(toks)
-        if len(toks) < 2:
-            ctx = CONTEXT + toks
-            pick2 = rows_rule(Decoding(s, 500 + i, rule, None, PENALTY), out, lambda: ctx)
-            toks.append(pick2(rows[1:2], [], EMPTY)[1])
-        counts[tuple(toks[:2])] += 1
-    return counts
+def _runs(rows, p, rule, n):
+    """Seeded runs of the rule under PENALTY, each row penalised after the
+    context and the tokens before it."""
+    s = SamplingConfig(temperature=1.0)
+    return first_two_tokens(rows, p, n, 11, lambda i, out: rows_rule(
+        Decoding(s, 500 + i, rule, None, PENALTY), out, lambda: CONTEXT + out.emitted))
 
 
 @pytest.fixture(scope="module")
@@ -131,20 +119,9 @@ def test_the_check_catches_a_penalty_blind_to_the_draft(rows_and_draft):
     token before it not counted."""
     rows, p = rows_and_draft
     n = 1500
-    counts = Counter()
     s = SamplingConfig(temperature=1.0)
-    rng = np.random.default_rng(11)
-    for i in range(n):
-        out = SimpleNamespace(produced=0, cfg=SimpleNamespace(margins=False, logprobs=None))
-        adjusted = np.stack([PENALTY.row(r, CONTEXT) for r in rows])
-        pick = rows_rule(Decoding(s, 500 + i, "gumbel"), out)
-        draft = [int(rng.choice(V, p=p[j])) for j in range(2)]
-        a, t = pick(adjusted, draft, Proposal(draft, probs=p))
-        toks = [*draft[:a], t]
-        out.produced = len(toks)
-        if len(toks) < 2:
-            toks.append(pick(adjusted[1:2], [], EMPTY)[1])
-        counts[tuple(toks[:2])] += 1
+    adjusted = np.stack([PENALTY.row(r, CONTEXT) for r in rows])
+    counts = first_two_tokens(adjusted, p, n, 11, lambda i, out: rows_rule(Decoding(s, 500 + i, "gumbel"), out))
     fits, stat, crit = chi2_fits(counts, _expected(rows), n)
     assert not fits, f"chi2 {stat:.1f} <= {crit:.1f}: a wrong rule went unnoticed"
 
@@ -226,6 +203,10 @@ def test_speculation_fields():
     assert (s.draft_max, s.draft_min, s.p_min) == (4, 2, 0.5)
     assert _err(parse_chat, {**CHAT, "speculation": {"proposer": "none", "k": 2}}).param == "speculation.k"
     assert _err(parse_chat, {**CHAT, "speculation": "off"}).param == "speculation"
+    # a 400-digit integer is refused naming its field, nested or not (not a float overflow's 500)
+    assert _err(parse_chat, {**CHAT, "speculation": {"draft_max": 10 ** 400}}).param == "speculation.draft_max"
+    assert _err(parse_chat, {**CHAT, "logprobs": True, "top_logprobs": 10 ** 400}).param == "top_logprobs"
+    assert _err(parse_completion, {"prompt": "x", "n_probs": 10 ** 400}).param == "n_probs"
 
 
 def test_a_prediction_is_text_or_text_parts():

@@ -3,7 +3,6 @@ logic: llguidance's matcher over a small byte-level tokenizer of our own,
 synthetic logits rows, no llama.cpp.  The real models' structured output
 is tested in test_structured.py."""
 
-from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,9 +13,9 @@ from spec_cli.core.constraint import (MAX_DEPTH, MAX_TEXT, ConstraintError, Spec
 from spec_cli.core.sampling import probs
 from spec_cli.run.engine import legal_draft
 from spec_cli.run.rows import rows_rule as _masked_rule
-from spec_cli.run.proposers.base import EMPTY, Proposal
+from spec_cli.run.proposers.base import Proposal
 
-from stat_helpers import chi2_fits
+from stat_helpers import chi2_fits, first_two_tokens
 
 
 class Toy:
@@ -145,26 +144,12 @@ def test_a_greedy_draft_is_cut_before_a_refused_token_and_the_state_ends_at_the_
 
 
 def _first_two(tokenizer, rows, p, rule, n, seed0, pick_rule=_masked_rule):
-    """The first two tokens of n seeded runs: a draft of two sampled from p
-    (refused tokens included), cut and verified; then a plain step where
-    one token came.  Row j scores output position j, whatever came before."""
-    sampling, counts = SamplingConfig(temperature=1.0), Counter()
-    rng = np.random.default_rng(seed0)
+    """The first two tokens of n seeded runs under the constraint "[abc][abcd]"
+    (stat_helpers.first_two_tokens), each run's constraint afresh."""
+    sampling = SamplingConfig(temperature=1.0)
     g = grammar(tokenizer, Spec("regex", "[abc][abcd]"))
-    for i in range(n):
-        c = g.start()
-        out = SimpleNamespace(produced=0, cfg=SimpleNamespace(margins=False))
-        pick = pick_rule(Decoding(sampling, seed0 + i, rule, c), out)
-        draft = [int(rng.choice(V, p=p[j])) for j in range(2)]
-        prop = Proposal(draft, probs=p)
-        draft = legal_draft(pick, draft, prop)
-        a, t = pick(rows[:len(draft) + 1], draft, prop)
-        toks = [*draft[:a], t]
-        out.produced = len(toks)
-        if len(toks) < 2:
-            toks.append(pick(rows[1:2], [], EMPTY)[1])
-        counts[tuple(toks[:2])] += 1
-    return counts
+    return first_two_tokens(rows, p, n, seed0, lambda i, out: pick_rule(Decoding(sampling, seed0 + i, rule, g.start()),
+                                                                        out))
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["Adjust", "TokenLogprob", "logprob_of", "NO_ADJUST"]
+__all__ = ["Adjust", "TokenLogprob", "logprob_of"]
 
 MAX_TOP_LOGPROBS = 20   # OpenAI's bound on top_logprobs
 
@@ -78,16 +78,14 @@ class Adjust:
         return out
 
 
-NO_ADJUST = Adjust()
-
-
 class TokenLogprob(NamedTuple):
     """One emitted token's log-probability under the target's raw row, and
-    the row's `n` most likely tokens with theirs (most likely first)."""
+    the row's `n` most likely tokens with theirs (most likely first); an
+    echoed prompt's first token has neither (None)."""
 
     token: int
-    logprob: float
-    top: tuple[tuple[int, float], ...]
+    logprob: float | None
+    top: tuple[tuple[int, float], ...] | None
 
 
 def logprob_of(row: np.ndarray, token: int, n: int) -> TokenLogprob:

@@ -54,8 +54,7 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
         Route("/v1/completions", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
         Route("/infill", infill, methods=["POST"]), Route("/completion", native, methods=["POST"]),
         Route("/tokenize", r.utility(utility.tokenize), methods=["POST"]),
-        Route("/detokenize", r.utility(lambda vocab, body: utility.detokenize(vocab, r.n_vocab, body)),
-              methods=["POST"]),
+        Route("/detokenize", r.utility(utility.detokenize), methods=["POST"]),
         Route("/apply-template", r.utility(utility.apply_template), methods=["POST"]),
         Route("/props", r.props), Route("/tokenizer_info", r.tokenizer_info),
     ]
@@ -126,10 +125,6 @@ class _Routes:
             body = _json(await self.read_body(request))
             return JSONResponse(await asyncio.to_thread(answer, self.worker.pair.target.vocab, body))
         return handle
-
-    @property
-    def n_vocab(self) -> int:
-        return self.worker.pair.target.n_vocab
 
     async def props(self, request: HttpRequest) -> Response:
         self.guard(request)

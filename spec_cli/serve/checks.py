@@ -40,8 +40,10 @@ MAX_INT = 2 ** 63  # the largest integer any numeric field takes, before its own
 
 
 def number(body: dict, name: str, default, *, lo: float | None = None, hi: float | None = None,
-            integer: bool = False):
+            integer: bool = False, where: str | None = None):
+    """body[name] checked; a 400 names `where` (a nested field's path), else `name`."""
     value = body.get(name)
+    name = where or name
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.adjust import MAX_TOP_LOGPROBS, Adjust
+from .checks import number
 
 MAX_BIAS = 256          # logit_bias entries
 MAX_PREDICTION = 1 << 20  # characters of a prediction
@@ -85,19 +86,6 @@ def unknown(body: dict, kind: str) -> list[str]:
     return sorted(k for k in body if k not in known and k not in IGNORED and k not in NEUTRAL)
 
 
-def _num(body: dict, name: str, lo: float, hi: float, default, *, integer: bool = False):
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise FieldError(name, f"must be a number, not {value!r}")
-    if integer and not float(value).is_integer():
-        raise FieldError(name, f"must be an integer, not {value!r}")
-    if not lo <= value <= hi:
-        raise FieldError(name, f"must be between {lo} and {hi}, not {value!r}")
-    return int(value) if integer else float(value)
-
-
 def logprobs(body: dict, kind: str) -> int | None:
     """How many alternatives each token's logprob comes with (0: the
     token's own only), or None where none are asked for: chat's `logprobs`
@@ -111,13 +99,13 @@ def logprobs(body: dict, kind: str) -> int | None:
         want = body.get("logprobs")
         if want is not None and not isinstance(want, bool):
             raise FieldError("logprobs", "must be true or false")
-        top = _num(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, None, integer=True)
+        top = number(body, "top_logprobs", None, lo=0, hi=MAX_TOP_LOGPROBS, integer=True)
         if top is not None and not want:
             raise FieldError("top_logprobs", "needs 'logprobs': true")
         n = (top or 0) if want else None
     elif body.get("logprobs") is not None:
-        n = _num(body, "logprobs", 0, MAX_TOP_LOGPROBS, None, integer=True)
-    probs = _num(body, "n_probs", 0, MAX_TOP_LOGPROBS, None, integer=True)
+        n = number(body, "logprobs", None, lo=0, hi=MAX_TOP_LOGPROBS, integer=True)
+    probs = number(body, "n_probs", None, lo=0, hi=MAX_TOP_LOGPROBS, integer=True)
     if probs:
         n = max(n or 0, probs)
     return n
@@ -126,12 +114,10 @@ def logprobs(body: dict, kind: str) -> int | None:
 def adjust(body: dict, vocab_size: int | None = None) -> Adjust | None:
     """The request's logit bias and penalties, None where it sets none."""
     a = Adjust(bias=_bias(body.get("logit_bias"), vocab_size),
-               repeat=_num(body, "repeat_penalty", 0.0, 10.0, 1.0),
-               frequency=_num(body, "frequency_penalty", -2.0, 2.0, 0.0),
-               presence=_num(body, "presence_penalty", -2.0, 2.0, 0.0),
-               last_n=_num(body, "repeat_last_n", -1, 1 << 20, 64, integer=True))
-    if a.repeat <= 0:
-        raise FieldError("repeat_penalty", "must be more than 0 (1.0 is off)")
+               repeat=number(body, "repeat_penalty", 1.0, lo=0.0, hi=10.0),
+               frequency=number(body, "frequency_penalty", 0.0, lo=-2.0, hi=2.0),
+               presence=number(body, "presence_penalty", 0.0, lo=-2.0, hi=2.0),
+               last_n=number(body, "repeat_last_n", 64, lo=-1, hi=1 << 20, integer=True))
     return a if a.active else None
 
 
@@ -182,10 +168,10 @@ def speculation(body: dict) -> Speculation | None:
         proposer = spec.get("proposer")
         if proposer is not None and not isinstance(proposer, str):
             raise FieldError("speculation.proposer", "must be a proposer's name, such as \"none\"")
-        draft_max = _num(spec, "draft_max", 0, 256, None, integer=True)
-    n_max = _num(body, "speculative.n_max", 0, 256, None, integer=True)
-    n_min = _num(body, "speculative.n_min", 0, 256, 0, integer=True)
-    p_min = _num(body, "speculative.p_min", 0.0, 1.0, None)
+        draft_max = number(spec, "draft_max", None, lo=0, hi=256, integer=True, where="speculation.draft_max")
+    n_max = number(body, "speculative.n_max", None, lo=0, hi=256, integer=True)
+    n_min = number(body, "speculative.n_min", 0, lo=0, hi=256, integer=True)
+    p_min = number(body, "speculative.p_min", None, lo=0.0, hi=1.0)
     if n_max is not None:
         draft_max = n_max if draft_max is None else min(draft_max, n_max)
     if proposer is None and draft_max is None and not n_min and p_min is None:

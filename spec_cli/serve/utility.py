@@ -43,9 +43,9 @@ def tokenize(vocab, body: Any) -> dict:
     return {"tokens": out}
 
 
-def detokenize(vocab, n_vocab: int, body: Any) -> dict:
+def detokenize(vocab, body: Any) -> dict:
     """{"tokens": ids} -> {"content": text}; an id outside the vocabulary is a 400."""
-    body = json_object(body)
+    body, n_vocab = json_object(body), vocab.n_vocab
     tokens = body.get("tokens", [])
     if not isinstance(tokens, list) or len(tokens) > MAX_DETOKENIZE:
         raise bad("tokens", f"must be a list of at most {MAX_DETOKENIZE} token ids")
