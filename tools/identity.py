@@ -8,6 +8,10 @@ follows the drafts) is reproducible too.
 
     python tools/identity.py -p ../shared/bench/*.jsonl -o before.json
     python tools/identity.py --compare before.json after.json
+    python tools/identity.py -p ../shared/bench/*.jsonl --parallel 4 -o before4.json   # 4 at once, one batch
+
+With --parallel N the requests of one setting and proposer run N at a time in
+one target batch (run/batch.py, as `serve --parallel N`), each with its seed.
 """
 
 from __future__ import annotations
@@ -34,7 +38,12 @@ def capture(args) -> dict:
     from spec_cli.run.session import Session
 
     pair = load_pair(PairConfig(target=args.target, draft=args.draft, proposer="hybrid", ctx=2048,
-                                draft_if_it_pays=False))
+                                draft_if_it_pays=False, seqs=max(1, args.parallel)))
+    if args.parallel:
+        try:
+            return capture_parallel(args, pair)
+        finally:
+            pair.close()
     out = {}
     try:
         for path in args.prompts:
@@ -52,6 +61,51 @@ def capture(args) -> dict:
                         print(key, hashlib.md5(str(s.tokens).encode()).hexdigest()[:8], file=sys.stderr)
     finally:
         pair.close()
+    return out
+
+
+def _items(args) -> list[tuple[str, dict]]:
+    out = []
+    for path in args.prompts:
+        items = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        out += [(f"{Path(path).stem}/{item.get('id', i)}", item) for i, item in enumerate(items[:args.n_prompts])]
+    return out
+
+
+def capture_parallel(args, pair) -> dict:
+    """Each setting and proposer: every prompt, args.parallel at a time in one Batch."""
+    from spec_cli.core.config import SamplingConfig
+    from spec_cli.run.batch import Batch
+    from spec_cli.run.engine import GenConfig, Generation
+    from spec_cli.run.runner import prompt_tokens
+
+    items = _items(args)
+    prompts = [prompt_tokens(pair.target, item["prompt"], raw=item.get("kind") == "completion")
+               for _, item in items]
+    out = {}
+    for setting, (t, k, p, mp, rule) in SETTINGS.items():
+        for name in PROPOSERS:
+            for seq in range(pair.target.n_seq):
+                pair.use(seq)
+                pair.reset()
+            batch, pending, free, got = Batch(pair), list(range(len(items))), list(range(args.parallel)), {}
+            while pending or len(batch):
+                while pending and free:
+                    i, seq = pending.pop(0), free.pop(0)
+                    gen = GenConfig(sampling=SamplingConfig(t, k, p, mp), max_tokens=args.max_tokens,
+                                    draft_max=args.draft_max, seed=args.seed + i, adaptive=False, rule=rule)
+                    pair.use(seq)
+                    g = Generation(pair.target, pair.new_proposer(name=name), prompts[i], gen)
+                    got[batch.add(seq, g)] = (i, seq, [])
+                for stream, st in batch.round():
+                    got[stream][2].extend(st.tokens)
+                    if st.finish_reason is not None:
+                        batch.drop(stream)
+                        free.append(got[stream][1])
+            for i, _, tokens in got.values():
+                key = f"{items[i][0]}/{setting}/{name}"
+                out[key] = tokens
+                print(key, hashlib.md5(str(tokens).encode()).hexdigest()[:8], file=sys.stderr)
     return out
 
 
@@ -76,6 +130,7 @@ def main() -> int:
     ap.add_argument("--draft-max", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--compare", nargs=2)
+    ap.add_argument("--parallel", type=int, default=0, help="this many requests at once in one batch")
     args = ap.parse_args()
     if args.compare:
         a, b = (json.loads(Path(f).read_text()) for f in args.compare)
