@@ -28,9 +28,12 @@ def Policy(cost, **kw) -> _policy.Policy:
     return _policy.Policy(cost, **kw)
 
 
-def plan(policy: _policy.Policy, source: str, limit: int, *, setup_s: float = 0.0) -> int:
-    """`Policy.choose` for a single proposer: the k to draft (0 = none)."""
-    return policy.choose([Candidate(source, limit, setup_s)], limit)[1]
+def plan(policy: _policy.Policy, source: str, limit: int, *, setup_s: float = 0.0, load=None) -> int:
+    """`Policy.choose` for a single proposer at `load` (core.batching.Load;
+    alone where None): the k to draft (0 = none)."""
+    from spec_cli.core.batching import ALONE
+
+    return policy.choose([Candidate(source, limit, setup_s)], limit, load or ALONE)[1]
 
 
 def verify_greedy(draft: Sequence[int], target_argmax: Sequence[int]) -> tuple[int, int]:

@@ -3,7 +3,7 @@ on a GPU's clock, and a real generation charged by it."""
 
 import pytest
 
-from spec_cli.core.policy import CostModel
+from spec_cli.core.cost import CostModel
 from helpers import Policy, plan
 from spec_cli.errors import SpecError
 from spec_cli.run.clock import Clock, load_clock, shipped

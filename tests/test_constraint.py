@@ -11,7 +11,7 @@ import pytest
 from spec_cli.core.config import Decoding, SamplingConfig
 from spec_cli.core.constraint import (MAX_DEPTH, MAX_TEXT, ConstraintError, Spec, compile_spec)
 from spec_cli.core.sampling import probs
-from spec_cli.run.engine import legal_draft
+from spec_cli.run.round import legal_draft
 from spec_cli.run.rows import rows_rule as _masked_rule
 from spec_cli.run.proposers.base import Proposal
 
@@ -199,7 +199,8 @@ def test_the_check_catches_a_correction_that_skips_the_residual(tokenizer, two_r
 
 
 def test_forced_tokens_come_first_and_sure_and_a_draft_model_that_would_read_the_prompt_does_not(tokenizer):
-    from spec_cli.core.policy import CostModel, Policy
+    from spec_cli.core.cost import CostModel
+    from spec_cli.core.policy import Policy
     from spec_cli.run.proposers.base import Candidate
     from spec_cli.run.proposers.grammar import GRAMMAR, GrammarDrafts
 
@@ -218,7 +219,7 @@ def test_forced_tokens_come_first_and_sure_and_a_draft_model_that_would_read_the
     cands = g.candidates([1, 2, 3])
     assert cands[0].source == GRAMMAR and cands[0].sure and cands[0].limit == len(c.forced())
     assert [(x.source, x.setup_s, x.pooled) for x in cands[1:]] == [("prompt4", 0.0, False), ("draft", 0.0, False)]
-    assert g.batched(cands[2]) is None and g.draft_model is None and g.cost_prior[GRAMMAR] == 0.0
+    assert g.batched(cands[2]) is None and g.follower is None and g.cost_prior[GRAMMAR] == 0.0
     assert g.draft([1, 2, 3], cands[0], 2).tokens == c.forced()[:2]
     # the policy drafts a sure candidate whole, where a plain step would look better on its costs
     policy = Policy(CostModel.from_timings({1: 0.05, 2: 0.2, 4: 0.4, 8: 0.8, 17: 1.7}, 17), k_max=16)

@@ -1,9 +1,13 @@
 """The cost model that turns drafting up, down, off and back on (pure)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from spec_cli.core.policy import SHAPE_K, CostModel, expected_tokens
+from spec_cli.core.cost import CostModel, expected_tokens
+from spec_cli.core.batching import Load
+from spec_cli.core.policy import SHAPE_K
 from helpers import Policy, plan, verify_greedy
 from spec_cli.core.verify import verify
 from spec_cli.run.proposers.base import Candidate
@@ -205,10 +209,8 @@ def test_the_safeguard_stops_drafting_that_loses_on_the_clock():
 def test_catch_up_is_charged_against_what_drafting_would_save():
     policy = Policy(CostModel.from_timings(GPU, 17), k_max=8)
     policy.draft_s["draft"] = 0.001
-    policy.horizon = 200
-    assert plan(policy, "draft", 8, setup_s=0.1) > 0     # saves far more than 0.1 s over 200 tokens
-    policy.horizon = 3
-    assert plan(policy, "draft", 8, setup_s=0.1) == 0    # three tokens to go: not worth the catch-up
+    assert plan(policy, "draft", 8, setup_s=0.1, load=Load(horizon=200)) > 0  # saves far more than 0.1 s over 200 tokens
+    assert plan(policy, "draft", 8, setup_s=0.1, load=Load(horizon=3)) == 0   # three tokens to go: not worth the catch-up
 
 
 # c(n) probed for Qwen2.5-Coder 1.5B Q4_K_M with llama.cpp's defaults on this project's CPU
@@ -262,8 +264,7 @@ def test_a_look_that_costs_a_catch_up_must_be_able_to_pay_it_back():
     def probes(setup_s):
         policy = Policy(CostModel.from_timings(CPU_FAST, 17), k_max=16, probe_every=4)
         policy.draft_s["draft"] = 0.0152
-        policy.horizon = 184
-        return sum(plan(policy, "draft", 16, setup_s=setup_s) > 0 for _ in range(64))
+        return sum(plan(policy, "draft", 16, setup_s=setup_s, load=Load(horizon=184)) > 0 for _ in range(64))
     assert probes(0.64) == 0
     assert probes(0.0) > 0
 
@@ -278,7 +279,7 @@ def test_the_safeguard_judges_before_plain_steps_come_against_the_cost_models_c1
 
 
 def test_a_draft_model_that_could_never_pay_is_told_apart_from_one_that_could():
-    from spec_cli.core.policy import can_pay
+    from spec_cli.core.cost import can_pay
     linear = CostModel.from_timings({1: 0.056, 2: 0.11, 4: 0.2, 8: 0.4, 17: 0.85}, 17)  # compute-bound CPU
     memory = CostModel.from_timings({1: 0.072, 2: 0.105, 4: 0.12, 8: 0.215, 17: 0.33}, 17)  # memory-bound
     assert not can_pay(linear, 0.45 * 0.056, 16, margin=1.3)
@@ -289,13 +290,11 @@ def test_a_draft_model_that_could_never_pay_is_told_apart_from_one_that_could():
 def test_could_pay_tells_whether_a_caught_up_draft_model_would_draft_alone_whatever_the_batch():
     """run/batch.py has the draft model read a new request's prompt beside
     the target only where, caught up, it could pay at all."""
-    from spec_cli.core.policy import Load
+    from spec_cli.core.batching import Load
 
     gpu = CostModel.from_timings(GPU, 17)
     policy = Policy(gpu, k_max=8, draft_s={"cheap": 0.05 * GPU[1], "slow": 1.5 * GPU[1]})
-    policy.load = Load(rows=63, tokens=63.0, others=63)  # the batch around it now does not count
-    assert policy.could_pay("cheap") and not policy.could_pay("slow")
-    assert policy.load.rows == 63
+    assert policy.could_pay("cheap") and not policy.could_pay("slow")  # alone: the batch around it now does not count
     policy.stopped.add("cheap")  # the safeguard stopped it
     assert not policy.could_pay("cheap")
 
@@ -306,7 +305,7 @@ def test_could_pay_at_a_load_weighs_the_batch_and_a_catch_up_that_stalls_it():
     draft model that pays alone does not beside seven requests drafting
     with theirs; on a GPU it does; and a catch-up that every request would
     wait for must be paid back over the tokens still to come."""
-    from spec_cli.core.policy import Load
+    from spec_cli.core.batching import Load
 
     cpu = CostModel.from_timings({n: 0.04 + 0.012 * (n - 1) for n in range(1, 130)}, 129)
     gpu = CostModel.from_timings({n: 0.020 + 0.0002 * n for n in range(1, 130)}, 129)
@@ -320,11 +319,10 @@ def test_could_pay_at_a_load_weighs_the_batch_and_a_catch_up_that_stalls_it():
                      following=tuple((seq, rates) for seq in range(1, 8)))
         assert policy.could_pay("draft")
         assert policy.could_pay("draft", eight, pooled=True) == (cost is gpu)
-    policy.horizon = 8
-    assert policy.could_pay("draft", eight, setup_s=0.1 * gpu.c(1), pooled=True)
-    assert not policy.could_pay("draft", eight, setup_s=10 * gpu.c(1), pooled=True)  # 8 tokens cannot repay it
-    policy.horizon = 4096
-    assert policy.could_pay("draft", eight, setup_s=10 * gpu.c(1), pooled=True)
+    assert policy.could_pay("draft", replace(eight, horizon=8), setup_s=0.1 * gpu.c(1), pooled=True)
+    assert not policy.could_pay("draft", replace(eight, horizon=8), setup_s=10 * gpu.c(1),
+                                pooled=True)  # 8 tokens cannot repay it
+    assert policy.could_pay("draft", replace(eight, horizon=4096), setup_s=10 * gpu.c(1), pooled=True)
 
 
 def _learned(cost) -> "Policy":
@@ -341,33 +339,29 @@ def test_a_batch_around_a_sequence_makes_it_draft_less_then_nothing_on_a_cpu():
     cost the others' time too, so as the batch grows on a CPU (every row
     costs) the draft shortens and then stops; alone it is the one-sequence
     choice."""
-    from spec_cli.core.policy import ALONE, Load
+    from spec_cli.core.batching import ALONE, Load
 
     cost = CostModel.from_timings({n: 0.04 + 0.025 * (n - 1) for n in range(1, 130)}, 129)
     policy = _learned(cost)
     alone = plan(policy, "ngram4", 6)
-    policy.load = Load(rows=3, tokens=3.0, others=3)
-    four = plan(policy, "ngram4", 6)
-    policy.load = Load(rows=63, tokens=63.0, others=63)
-    many = plan(policy, "ngram4", 6)
-    policy.load = ALONE
-    assert alone == plan(policy, "ngram4", 6) > 0
+    four = plan(policy, "ngram4", 6, load=Load(rows=3, tokens=3.0, others=3))
+    many = plan(policy, "ngram4", 6, load=Load(rows=63, tokens=63.0, others=63))
+    assert alone == plan(policy, "ngram4", 6, load=ALONE) > 0
     assert alone >= four and many == 0
 
 
 def test_on_a_gpu_a_batch_leaves_drafting_on():
-    from spec_cli.core.policy import Load
+    from spec_cli.core.batching import Load
 
     cost = CostModel.from_timings({n: 0.020 + 0.0002 * n for n in range(1, 130)}, 129)  # rows nearly free
     policy = _learned(cost)
-    policy.load = Load(rows=7, tokens=7.0, others=7)
-    assert plan(policy, "ngram4", 6) >= 4
+    assert plan(policy, "ngram4", 6, load=Load(rows=7, tokens=7.0, others=7)) >= 4
 
 
 def test_passes_are_llama_cpps_split_of_a_batch_over_sequences():
     """A pass runs consecutive sequences with rows left, the same number from
     each (llama_batch_allocr::split_equal over a KV cache per sequence)."""
-    from spec_cli.core.policy import passes
+    from spec_cli.core.batching import passes
 
     assert passes([(0, 1), (1, 1), (2, 1), (3, 1)]) == [4]
     assert passes([(3, 1), (1, 1), (0, 1), (2, 1)]) == [4]           # the parts' order does not matter
@@ -386,22 +380,20 @@ def test_a_batch_drafts_together_or_not_at_all_where_each_pass_costs_a_weights_r
     draft together in one pass.  The first to plan sees the ones after it
     (Load.following) and drafts; the last, seeing the others' drafts, joins
     with as long a one; a request whose neighbours cannot draft stays plain."""
-    from spec_cli.core.policy import Load
+    from spec_cli.core.batching import Load
 
     cost = CostModel.from_timings({n: 0.020 + 0.0002 * n for n in range(1, 130)}, 129)
     policy = _learned(cost)
     rates = tuple(policy.chances("ngram4")[:6])
     shape = ((0, 1), (1, 1), (2, 1), (3, 1))
-    policy.load = Load(rows=3, tokens=0.0, others=3, shape=shape, seq=0,
-                       following=((1, rates), (2, rates), (3, rates)))
-    first = plan(policy, "ngram4", 6)
+    first = plan(policy, "ngram4", 6, load=Load(rows=3, tokens=0.0, others=3, shape=shape, seq=0,
+                                                following=((1, rates), (2, rates), (3, rates))))
     assert first >= 4
     planned = ((0, first + 1), (1, first + 1), (2, first + 1), (3, 1))
-    policy.load = Load(rows=3 * (first + 1), tokens=3 * 2.0, others=3, shape=planned, seq=3)
-    assert plan(policy, "ngram4", 6) == first       # one pass again: its draft costs nearly nothing
-    policy.load = Load(rows=3, tokens=3.0, others=3, shape=shape, seq=0,
-                       following=((1, ()), (2, ()), (3, ())))
-    assert plan(policy, "ngram4", 6) == 0           # alone among plain rows: a second pass, not repaid
+    at = Load(rows=3 * (first + 1), tokens=3 * 2.0, others=3, shape=planned, seq=3)
+    assert plan(policy, "ngram4", 6, load=at) == first  # one pass again: its draft costs nearly nothing
+    at = Load(rows=3, tokens=3.0, others=3, shape=shape, seq=0, following=((1, ()), (2, ()), (3, ())))
+    assert plan(policy, "ngram4", 6, load=at) == 0      # alone among plain rows: a second pass, not repaid
 
 
 def test_a_draft_model_drafting_for_a_batch_is_priced_a_draft_batch_a_position():
@@ -409,7 +401,7 @@ def test_a_draft_model_drafting_for_a_batch_is_priced_a_draft_batch_a_position()
     draft batch a position (draft_together): on a GPU eight requests'
     drafts cost about one request's, so the batch drafts where drafting
     each alone would not pay; on a CPU they cost about eight."""
-    from spec_cli.core.policy import Load, pooled_s
+    from spec_cli.core.batching import Load, pooled_s
 
     gpu = CostModel.from_timings({n: 0.020 + 0.0002 * n for n in range(1, 130)}, 129)
     cpu = CostModel.from_timings({n: 0.04 + 0.025 * (n - 1) for n in range(1, 130)}, 129)
@@ -423,30 +415,30 @@ def test_a_draft_model_drafting_for_a_batch_is_priced_a_draft_batch_a_position()
         policy.observe("draft", drafted=8, accepted=7, draft_s=8 * d, verify_s=gpu.c(9))
     shape = tuple((seq, 1) for seq in range(8))
     rates = tuple(policy.chances("draft")[:8])
-    policy.load = Load(rows=7, others=7, shape=shape, seq=0, following=tuple((seq, rates) for seq in range(1, 8)))
-    together = policy.choose([Candidate("draft", 8, pooled=True)], 8)[1]
-    each = policy.choose([Candidate("draft", 8)], 8)[1]
+    at = Load(rows=7, others=7, shape=shape, seq=0, following=tuple((seq, rates) for seq in range(1, 8)))
+    together = policy.choose([Candidate("draft", 8, pooled=True)], 8, at)[1]
+    each = policy.choose([Candidate("draft", 8)], 8, at)[1]
     assert together >= 4 and each < together
 
 
 def test_on_a_cpu_a_draft_that_would_split_the_batch_into_passes_is_priced_as_such():
     """Where rows cost (a CPU), a draft among plain rows is priced as llama.cpp
     runs it: the plain pass, then a pass of the draft's rows alone."""
-    from spec_cli.core.policy import Load
+    from spec_cli.core.batching import Load
 
     cost = CostModel.from_timings({n: 0.04 + 0.025 * (n - 1) for n in range(1, 130)}, 129)
     policy = _learned(cost)
-    policy.load = Load(rows=3, tokens=3.0, others=3, shape=((0, 1), (1, 1), (2, 1), (3, 1)), seq=0)
-    assert policy.step_s(3, 0.0) == pytest.approx(cost.c(4) + cost.c(3))
-    assert policy.plain_s() == pytest.approx(cost.c(4))
-    assert plan(policy, "ngram4", 6) == 0
+    at = Load(rows=3, tokens=3.0, others=3, shape=((0, 1), (1, 1), (2, 1), (3, 1)), seq=0)
+    assert policy.step_s(3, 0.0, load=at) == pytest.approx(cost.c(4) + cost.c(3))
+    assert policy.plain_s(at) == pytest.approx(cost.c(4))
+    assert plan(policy, "ngram4", 6, load=at) == 0
 
 
 def test_a_batch_plan_that_splits_into_passes_is_trimmed_where_that_is_faster():
     """trim_drafts: drafts chosen one request at a time are shortened --
     to nothing, or to another's length so that they share passes -- where
     the whole batch then makes more tokens a second; never lengthened."""
-    from spec_cli.core.policy import trim_drafts
+    from spec_cli.core.batching import trim_drafts
 
     flat = lambda n: 0.020 + 0.0002 * n  # noqa: E731  a GPU: a pass costs about the same whatever its rows
     cpu = lambda n: 0.04 + 0.025 * (n - 1)  # noqa: E731  a CPU: every row costs

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from spec_cli.core.policy import CostModel
+from spec_cli.core.cost import CostModel
 from spec_cli.llama import probe
 
 

@@ -53,305 +53,14 @@ line between them.
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from dataclasses import dataclass
 
-from .source import Source
+from .acceptance import SHIFT_MAX, SHIFT_RATE, Acceptance, group_of, is_lookup, shifted, unknown_prior
+from .batching import ALONE, Load, passes, pooled_s
+from .cost import EMA, CostModel, expected_tokens
 from .stats import origin
 
-EMA = 0.3
-PACE_EMA = 0.3   # in log space
 PACE_CHANGE = 1.5  # a pace this much off since the last look makes the next look come soon
-
-
-def expected_tokens(accept: list[float]) -> float:
-    """E(k) for per-position acceptance chances a_1..a_k."""
-    total, chain = 1.0, 1.0
-    for a in accept:
-        chain *= a
-        total += chain
-    return total
-
-
-class CostModel:
-    """c(n), the seconds a target batch of n tokens takes on this machine:
-    what the target's steps teach, kept across generations on it."""
-
-    def __init__(self, prior: list[float]):
-        self.prior = list(prior)            # c(n) at index n-1, from the probe
-        self.pace = 1.0                     # the machine's pace against the prior, all sizes alike
-        self._seen: dict[int, tuple[float, float]] = {}  # n -> (seconds, pace then)
-        self._memo: dict[int, float] = {}   # c(n) until the next observation (a step asks it ~50 times)
-
-    @classmethod
-    def from_timings(cls, timings: dict[int, float], n_max: int) -> "CostModel":
-        """Fill c(1..n_max) from measured batch timings (linear between points)."""
-        known = sorted((n, s) for n, s in timings.items() if s > 0)
-        if not known:
-            known = [(1, 1.0)]
-        out = []
-        for n in range(1, n_max + 1):
-            below = [p for p in known if p[0] <= n]
-            above = [p for p in known if p[0] >= n]
-            if below and above:
-                (n0, s0), (n1, s1) = below[-1], above[0]
-                out.append(s0 if n1 == n0 else s0 + (s1 - s0) * (n - n0) / (n1 - n0))
-            elif below:  # past the last point: grow linearly at the last slope
-                (n0, s0) = below[-1]
-                slope = (s0 - known[0][1]) / max(n0 - known[0][0], 1) if len(known) > 1 else s0
-                out.append(s0 + slope * (n - n0))
-            else:
-                out.append(above[0][1] * n / above[0][0])
-        return cls(out)
-
-    @property
-    def verify_s(self) -> list[float]:
-        return [self.c(n) for n in range(1, len(self.prior) + 1)]
-
-    def _prior(self, n: int) -> float:
-        if n <= len(self.prior):
-            return self.prior[n - 1]
-        return self.prior[-1] * n / len(self.prior)
-
-    def c(self, n: int) -> float:
-        n = max(1, n)
-        got = self._memo.get(n)
-        if got is None:
-            got = self._memo[n] = self._c(n)
-        return got
-
-    def _c(self, n: int) -> float:
-        if n in self._seen:
-            seconds, pace = self._seen[n]
-            return seconds * self.pace / pace
-        # between two sizes measured, the line between them: a first load's
-        # curve is one noisy timing of each size, and what was measured of
-        # its neighbours says more of a size than that
-        below = max((m for m in self._seen if m < n), default=0)
-        above = min((m for m in self._seen if m > n), default=0)
-        if below and above:
-            lo, hi = self.c(below), self.c(above)
-            return lo + (hi - lo) * (n - below) / (above - below)
-        return self._prior(n) * self.pace
-
-    def seen(self, n: int) -> bool:
-        """Whether a batch of n has been measured (or lies between sizes that were)."""
-        return n in self._seen or (any(m < n for m in self._seen) and any(m > n for m in self._seen))
-
-    def observe_verify(self, n: int, seconds: float) -> None:
-        """Learn from a measured batch of n: every size moves with the
-        machine's pace (a busy machine slows them all), then size n moves
-        toward what was measured (the curve's shape is learned too)."""
-        if n < 1 or seconds <= 0:
-            return
-        self._memo.clear()
-        if n not in self._seen and seconds < self.c(n):
-            # a size's first measurement, cheaper than the curve said: noise only
-            # ever slows a batch, so the curve (a first load's one timing of it, or
-            # a line between sizes) was wrong there, not the machine's pace
-            self._seen[n] = (seconds, self.pace)
-            self._memo.clear()
-            return
-        self.pace *= (seconds / self.c(n)) ** PACE_EMA
-        self._memo.clear()
-        now = self.c(n)
-        self._seen[n] = (now + EMA * (seconds - now), self.pace)
-        self._memo.clear()
-
-    def step_s(self, k: int, draft_cost: float) -> float:
-        return self.c(k + 1) + k * draft_cost
-
-    def rate(self, accept: list[float], draft_cost: float) -> float:
-        return expected_tokens(accept) / self.step_s(len(accept), draft_cost)
-
-
-def can_pay(cost: CostModel, draft_s: float, k_max: int, *, margin: float = 1.0) -> bool:
-    """Could a draft whose every token is accepted beat the target alone by
-    `margin` at some length up to k_max?  (If not by much, a real draft,
-    some of whose tokens are rejected, loses: not worth running.)"""
-    return any(cost.rate([1.0] * k, draft_s) > margin / cost.c(1) for k in range(1, k_max + 1))
-
-
-@dataclass
-class Acceptance:
-    """Per-position acceptance chances of one proposer, learned online from
-    its prior (see `prior`)."""
-
-    rates: list[float]
-
-    def observe(self, drafted: int, accepted: int) -> None:
-        for i in range(min(drafted, len(self.rates))):
-            if i > accepted:  # never reached: an earlier token was rejected
-                break
-            hit = 1.0 if i < accepted else 0.0
-            self.rates[i] += EMA * (hit - self.rates[i])
-
-
-SHIFT_RATE = 0.3   # log-odds per surprise: how fast a text's copiability is learned
-SHIFT_MAX = 2.0
-
-
-def _group(source: str) -> str:
-    """What the safeguard judges as one (Source.group)."""
-    return Source.of(source).group
-
-
-def _lookup(source: str) -> bool:
-    return Source.of(source).is_lookup
-
-
-def _shifted(p: float, shift: float) -> float:
-    p = min(max(p, 1e-4), 1 - 1e-4)
-    return 1.0 / (1.0 + math.exp(-(math.log(p / (1 - p)) + shift)))
-
-
-UNKNOWN_PRIOR = 0.7  # acceptance expected of a draft nobody said more about
-
-
-def unknown_prior(source: str, n: int) -> list[float]:
-    """Acceptance chances before anything is seen, where the proposer says
-    nothing of its own (each proposer's `acceptance_prior` does)."""
-    return [UNKNOWN_PRIOR] * n
-
-
-def passes(parts) -> list[int]:
-    """The rows of each pass llama.cpp makes over the weights for a batch of
-    (sequence, rows) parts, each sequence a KV cache of its own
-    (llama_batch_allocr::split_equal, sequential): a pass takes the lowest
-    sequence with rows left and the ones that follow it by one with rows
-    left, the same number of rows from each (the fewest any has left).  So
-    four sequences of one row each are one pass, [5, 1, 1, 1] two (4 rows,
-    then 4), sequences 0 and 2 two."""
-    left: dict[int, int] = {}
-    for seq, rows in parts:
-        if rows > 0:
-            left[seq] = left.get(seq, 0) + rows
-    out = []
-    while left:
-        seqs = sorted(left)
-        run = seqs[:1]
-        for seq in seqs[1:]:
-            if seq != run[-1] + 1:
-                break
-            run.append(seq)
-        n = min(left[seq] for seq in run)
-        out.append(n * len(run))
-        for seq in run:
-            left[seq] -= n
-            if not left[seq]:
-                del left[seq]
-    return out
-
-
-def pooled_s(lengths, d: float, price) -> float:
-    """Seconds of drafts of these lengths made together by one draft model,
-    a draft batch a position (proposers.draft.draft_together), at `d`
-    seconds a token alone: a batch of r rows costs d x price(r)/price(1),
-    the target's curve standing for the draft's (the same machine, a model
-    of the same family; on a GPU nearly flat, on a CPU nearly linear)."""
-    if d <= 0 or not lengths:
-        return 0.0
-    c1 = price(1)
-    return sum(d * price(sum(n > j for n in lengths)) / c1 for j in range(max(lengths)))
-
-
-def trim_drafts(fixed, drafts, price) -> list[int]:
-    """The batch's plan made no slower: each request chose its draft in turn
-    (Load), so together the drafts may split the batch into passes that
-    cost more than they yield.  `fixed`: (sequence, rows) parts that stay
-    (prompt chunks, an editor's rows); `drafts`: per request (sequence, k,
-    chances, seconds a drafted token, drafted together with the other
-    pooled ones: a draft model's, pooled_s); `price(n)`: one pass of n
-    rows.  Shortens drafts -- to nothing, or to another request's length so
-    that they share passes -- while that makes more tokens a second for
-    the whole batch; returns each request's k.
-
-    Where the round has fixed parts, their seconds are paid whatever the
-    drafts, and a round's tokens a second would count them against no
-    token: the drafts would look cheap beside a prompt's chunk, and the
-    passes they split it into cost more than they yield.  There a draft
-    must yield, for the seconds it adds, the tokens a second the batch
-    makes without the fixed parts (its best plan), as a second spent
-    elsewhere would."""
-    ks = [k for _, k, _, _, _ in drafts]
-    pool_d = max((d for *_, d, pooled in drafts if pooled), default=0.0)
-
-    def cost(ks, fixed) -> tuple[float, float]:  # (tokens made, seconds)
-        parts = list(fixed) + [(seq, k + 1) for (seq, *_), k in zip(drafts, ks)]
-        seconds = (sum(price(n) for n in passes(parts))
-                   + sum(k * d for (*_, d, pooled), k in zip(drafts, ks) if not pooled)
-                   + pooled_s([k for (*_, pooled), k in zip(drafts, ks) if pooled], pool_d, price))
-        made = sum(expected_tokens(list(chances[:k])) for (_, _, chances, _, _), k in zip(drafts, ks))
-        return made, seconds
-
-    def rate(ks) -> float:
-        made, seconds = cost(ks, ())
-        return made / seconds if seconds > 0 else 0.0
-
-    best = _shortened(ks, rate)
-    if not fixed:
-        return best
-    r = rate(best)
-
-    def value(ks) -> float:
-        made, seconds = cost(ks, fixed)
-        return made - r * seconds
-    return _shortened(ks, value)
-
-
-def _shortened(ks: list[int], score) -> list[int]:
-    """Shorten drafts -- one (to nothing, or to another's length), or all
-    to at most one length (nothing included: passes are shared, so one
-    draft cut alone may only split them further) -- while that raises
-    `score`; the plan where no such move does."""
-    best = score(ks)
-    while True:
-        move = None
-        lengths = {0, *ks}
-        trials = [ks[:i] + [shorter] + ks[i + 1:] for i, k in enumerate(ks) for shorter in lengths if shorter < k]
-        trials += [[min(k, cap) for k in ks] for cap in lengths]
-        for trial in trials:
-            v = score(trial)
-            if v > best + 1e-9 * abs(best):
-                best, move = v, trial
-        if move is None:
-            return ks
-        ks = move
-
-
-@dataclass(frozen=True)
-class Load:
-    """What else runs in the same target batch (several requests at once,
-    run/batch.py): the other sequences' rows, the tokens they are expected
-    to yield, and the seconds their drafting adds to the step.  Alone, all
-    three are 0 and every formula below is the one-sequence one.
-
-    Where `shape` is given (the batch's parts as (sequence, rows), this
-    request's `seq` among them with one row), a step costs what llama.cpp's
-    passes over those parts cost (`passes`), not c(all rows): a draft that
-    makes its sequence longer than the others' costs a pass of its own.
-    `following`: the requests not planned yet, as (sequence, the chances of
-    the draft each could make), each taken to draft as many tokens as this
-    one (where its chances reach), so that the first to plan sees what a
-    batch drafting together costs and yields, not only what drafting alone
-    among plain rows does.  `pool`: the lengths of the drafts planned before
-    this one that a draft model makes together (a draft batch a position,
-    pooled_s), at `pool_d` seconds a token alone; `extra_s` is the others'
-    drafting, made each alone."""
-
-    rows: int = 0
-    tokens: float = 0.0
-    extra_s: float = 0.0
-    pool: tuple[int, ...] = ()
-    pool_d: float = 0.0
-    others: int = 0   # the other sequences: a one-time cost (a draft model's catch-up) stalls them too
-    shape: tuple[tuple[int, int], ...] = ()
-    seq: int = -1
-    following: tuple[tuple[int, tuple[float, ...]], ...] = ()
-
-
-ALONE = Load()
 
 
 WINDOW = 32      # drafting steps per proposer kept by the safeguard
@@ -379,8 +88,6 @@ class Policy:
         self.k_max = k_max
         self.probe_every = probe_every
         self.plain_every = plain_every
-        self.horizon = 1 << 30   # tokens still to come (the engine keeps it current)
-        self.load = ALONE        # what shares the target's batch (run/batch.py keeps it current)
         self._drafting = 0
         self._wide = 0  # this step's draft is a wider look of this many tokens (_wider)
         self.accept: dict[str, Acceptance] = {}
@@ -402,16 +109,16 @@ class Policy:
         """Per-position acceptance chances of `source` now: its own learned
         rates, moved by what its origin's other sources taught."""
         rates = self._acc(source).rates
-        shift = self._shift.get(origin(source), 0.0) if _lookup(source) else 0.0
-        return [_shifted(r, shift) for r in rates] if shift else rates
+        shift = self._shift.get(origin(source), 0.0) if is_lookup(source) else 0.0
+        return [shifted(r, shift) for r in rates] if shift else rates
 
     # -- a step's time and yield, the batch around this sequence included --
-    def step_s(self, k: int, d: float, pooled: bool = False) -> float:
+    def step_s(self, k: int, d: float, pooled: bool = False, load: Load = ALONE) -> float:
         """Seconds of a step in which this sequence drafts k tokens: the
         target batch of its k + 1 rows and the others', and every drafting
         (the requests that follow drafting as this one); a `pooled` draft
         is made together with the others' pooled ones (Load.pool)."""
-        load, c = self.load, self.cost.c
+        c = self.cost.c
         more = {load.seq: k, **{seq: min(k, len(rates)) for seq, rates in load.following}}
         mine = list(more.values())  # this draft, and those that follow
         if load.shape:
@@ -424,45 +131,44 @@ class Policy:
             drafting = sum(mine) * d + pooled_s(load.pool, load.pool_d, c)
         return verify + drafting + load.extra_s
 
-    def plain_s(self) -> float:
+    def plain_s(self, load: Load = ALONE) -> float:
         """Seconds of the step with this sequence not drafting."""
-        return self.step_s(0, 0.0)
+        return self.step_s(0, 0.0, load=load)
 
-    def rate(self, rates: list[float], d: float, pooled: bool = False) -> float:
+    def rate(self, rates: list[float], d: float, pooled: bool = False, load: Load = ALONE) -> float:
         """This sequence's tokens a second at draft chances `rates`."""
-        return expected_tokens(rates) / self.step_s(len(rates), d, pooled)
+        return expected_tokens(rates) / self.step_s(len(rates), d, pooled, load)
 
-    def _batch_gains(self, rates: list[float], d: float, pooled: bool = False) -> bool:
+    def _batch_gains(self, rates: list[float], d: float, pooled: bool, load: Load) -> bool:
         """Does the whole batch make more tokens a second with this draft
         than with this sequence plain?  (Alone: the same as `rate` beating
         the target alone.)  Speculation pays less as the batch grows: its
         rows cost the others' time as well."""
-        load = self.load
         if not load.rows:
             return True
         k = len(rates)  # this request's draft, and as long a one for those that follow
         follow = sum(expected_tokens(list(r[:k])) for _, r in load.following)
         n = len(load.following)
-        return ((load.tokens + expected_tokens(rates) + follow) / self.step_s(k, d, pooled)
-                > (load.tokens + 1.0 + n) / self.plain_s())
+        return ((load.tokens + expected_tokens(rates) + follow) / self.step_s(k, d, pooled, load)
+                > (load.tokens + 1.0 + n) / self.plain_s(load))
 
-    def _saves(self, rates: list[float], d: float, setup_s: float, pooled: bool = False) -> bool:
+    def _saves(self, rates: list[float], d: float, setup_s: float, pooled: bool, load: Load) -> bool:
         """Does drafting len(rates) tokens a step beat the target alone over
         the tokens still to come, a one-time `setup_s` included?"""
-        per_token = self.step_s(len(rates), d, pooled) / expected_tokens(rates)
-        saved = self.plain_s() - per_token
-        return saved > 0 and saved * self.horizon > setup_s * (1 + self.load.others)
+        per_token = self.step_s(len(rates), d, pooled, load) / expected_tokens(rates)
+        saved = self.plain_s(load) - per_token
+        return saved > 0 and saved * load.horizon > setup_s * (1 + load.others)
 
-    def _best(self, rates: list[float], d: float, limit: int, pooled: bool = False) -> int:
-        best_k, best = 0, 1.0 / self.plain_s()
+    def _best(self, rates: list[float], d: float, limit: int, pooled: bool, load: Load) -> int:
+        best_k, best = 0, 1.0 / self.plain_s(load)
         total, chain = 1.0, 1.0  # expected_tokens(rates[:k]), grown a position at a time
         for k in range(1, min(limit, len(rates)) + 1):  # (past the rates a step only costs more)
             chain *= rates[k - 1]
             total += chain
-            r = total / self.step_s(k, d, pooled)
+            r = total / self.step_s(k, d, pooled, load)
             if r > best:
                 best_k, best = k, r
-        while best_k and not self._batch_gains(rates[:best_k], d, pooled):
+        while best_k and not self._batch_gains(rates[:best_k], d, pooled, load):
             best_k -= 1  # a shorter draft costs the others less
         return best_k
 
@@ -472,15 +178,11 @@ class Policy:
         on the request's text, which stalls the whole batch) paid back over
         the tokens still to come?  A draft model that would not need not
         read the request's text (run/batch.py: Batch._follow)."""
-        if _group(source) in self.stopped:
+        if group_of(source) in self.stopped:
             return False
         rates, d = self.chances(source), self.draft_s.get(source, 0.0)
-        now, self.load = self.load, load
-        try:
-            k = self._best(rates, d, self.k_max, pooled)
-            return k > 0 and (setup_s <= 0.0 or self._saves(rates[:k], d, setup_s, pooled))
-        finally:
-            self.load = now
+        k = self._best(rates, d, self.k_max, pooled, load)
+        return k > 0 and (setup_s <= 0.0 or self._saves(rates[:k], d, setup_s, pooled, load))
 
     def outlook(self, candidates, limit: int) -> tuple[float, ...]:
         """The chances of the likeliest draft among `candidates` (of up to
@@ -489,38 +191,39 @@ class Policy:
         best: tuple[float, ...] = ()
         for cand in candidates:
             n = min(limit, cand.limit, self.k_max)
-            if n <= 0 or _group(cand.source) in self.stopped:
+            if n <= 0 or group_of(cand.source) in self.stopped:
                 continue
             rates = tuple(self.chances(cand.source)[:n])
             if expected_tokens(list(rates)) > expected_tokens(list(best)):
                 best = rates
         return best
 
-    def choose(self, candidates, limit: int):
+    def choose(self, candidates, limit: int, load: Load = ALONE):
         """Once per step: which candidate drafts, and how far.
 
         `candidates` are what the proposers could draft now (each with
         `source`, `limit` and `setup_s`, see proposers.Candidate).  Returns
         (candidate, k), or (None, 0) for a plain step.  A `sure` candidate
-        (tokens a constraint forces) drafts as far as it and `limit` go."""
+        (tokens a constraint forces) drafts as far as it and `limit` go.
+        `load`: what shares the batch, and the tokens still to come."""
         self._wide = 0
         for cand in candidates:
             if getattr(cand, "sure", False) and min(limit, cand.limit, self.k_max) > 0:
                 return cand, min(limit, cand.limit, self.k_max)
-        best, best_rate = None, 1.0 / self.plain_s()
+        best, best_rate = None, 1.0 / self.plain_s(load)
         for cand in candidates:
             n = min(limit, cand.limit, self.k_max)
-            if n <= 0 or _group(cand.source) in self.stopped:
+            if n <= 0 or group_of(cand.source) in self.stopped:
                 continue
             d = self.draft_s.get(cand.source, 0.0)
             rates = self.chances(cand.source)
             pooled = cand.pooled
             if pooled:
                 self.pooled.add(cand.source)
-            k = self._best(rates, d, n, pooled)
-            if (k > 0 and self._saves(rates[:k], d, cand.setup_s, pooled)
-                    and self.rate(rates[:k], d, pooled) > best_rate):
-                best, best_rate = (cand, k), self.rate(rates[:k], d, pooled)
+            k = self._best(rates, d, n, pooled, load)
+            if (k > 0 and self._saves(rates[:k], d, cand.setup_s, pooled, load)
+                    and self.rate(rates[:k], d, pooled, load) > best_rate):
+                best, best_rate = (cand, k), self.rate(rates[:k], d, pooled, load)
         if best is not None:
             self._idle[best[0].source] = 0
             self._wait[best[0].source] = self.probe_every
@@ -530,7 +233,7 @@ class Policy:
             cand, k = best
             return cand, self._wider(cand, k, min(limit, cand.limit, self.k_max))
         for cand in candidates:
-            k = self._probe(cand, min(limit, cand.limit, self.k_max))
+            k = self._probe(cand, min(limit, cand.limit, self.k_max), load)
             if k > 0:
                 return cand, k
         return None, 0
@@ -556,7 +259,7 @@ class Policy:
         self._wide = wide
         return wide
 
-    def _probe(self, cand, n: int) -> int:
+    def _probe(self, cand, n: int, load: Load) -> int:
         """Not worth it on what we know, or the clock says it is losing.  If
         even a draft that is always accepted would not pay (the draft is too
         slow for this target, or too slow to pay its catch-up back twice over
@@ -570,7 +273,7 @@ class Policy:
         # a look that costs a catch-up (a draft model reading what it missed)
         # is taken only where an always-accepted draft would pay it back twice
         ideal = next((k for k in range(1, n + 1)
-                      if self._saves([1.0] * k, d, PROBE_MARGIN * cand.setup_s, cand.pooled)), 0)
+                      if self._saves([1.0] * k, d, PROBE_MARGIN * cand.setup_s, cand.pooled, load)), 0)
         shape = ideal == 0 and self._free(cand) and not self.cost.seen(min(n, SHAPE_K) + 1)
         if shape:
             # a free draft that the curve says cannot pay, where that size was never
@@ -595,9 +298,9 @@ class Policy:
             self._wide = ideal
         return ideal
 
-    def keep_going(self, proposer: str, chain: list[float]) -> bool:
+    def keep_going(self, proposer: str, chain: list[float], load: Load = ALONE) -> bool:
         """After drafting len(chain) tokens whose acceptance chances (the
-        draft's confidences) are `chain`, is one more worth it?"""
+        draft's confidences) are `chain`, is one more worth it at `load`?"""
         k = len(chain)
         if k >= self.k_max:
             return False
@@ -605,8 +308,8 @@ class Policy:
             return True  # a wider look (see _wider) goes its whole length: that size is what it measures
         d, pooled = self.draft_s.get(proposer, 0.0), proposer in self.pooled
         nxt = self.chances(proposer)[k]
-        return (self.rate(chain + [nxt], d, pooled) > self.rate(chain, d, pooled)
-                and self._batch_gains(chain + [nxt], d, pooled))
+        return (self.rate(chain + [nxt], d, pooled, load) > self.rate(chain, d, pooled, load)
+                and self._batch_gains(chain + [nxt], d, pooled, load))
 
     def observe(self, proposer: str, *, drafted: int, accepted: int, draft_s: float,
                 verify_s: float, batch: bool = False, unit_s: float | None = None) -> None:
@@ -621,13 +324,13 @@ class Policy:
         if not drafted:
             self._plain.append((1, verify_s))
             return
-        if _lookup(proposer):
+        if is_lookup(proposer):
             self._learn_shift(proposer, drafted, accepted)
         self._acc(proposer).observe(drafted, accepted)
         old = self.draft_s.get(proposer)
         per = draft_s / drafted if unit_s is None else unit_s
         self.draft_s[proposer] = per if old is None else old + EMA * (per - old)
-        g = _group(proposer)  # the safeguard judges each kind of lookup as one, whatever the match length
+        g = group_of(proposer)  # the safeguard judges each kind of lookup as one, whatever the match length
         steps = self._steps.setdefault(g, deque(maxlen=WINDOW))
         steps.append((accepted + 1, draft_s + verify_s))
         self._judge(g, steps)

@@ -222,6 +222,10 @@ class Model:
     def n_seq(self) -> int:
         return len(self._seqs)
 
+    def held(self, seq: int) -> list[int]:
+        """What sequence `seq`'s KV cache holds, position by position (a copy)."""
+        return list(self._seqs[seq])
+
     def use(self, seq: int) -> None:
         """Decode, rewind and reset sequence `seq` from now on; each keeps its
         own KV cache and `tokens`."""

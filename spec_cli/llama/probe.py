@@ -207,7 +207,7 @@ def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: in
     model pays more than its size on a busy or compute-bound CPU: its
     measured cost is the one to believe; `--proposer draft` measures it
     again)."""
-    from ..core.policy import CostModel, can_pay
+    from ..core.cost import CostModel, can_pay
 
     curve = recall(target, target_cfg)
     if not curve or 1 not in curve:

@@ -95,7 +95,7 @@ class Clock:
     @classmethod
     def from_curves(cls, name: str, target: dict[int, float], draft: dict[int, float] | None) -> "Clock":
         """From probed curves {rows: seconds} (linear between the sizes probed)."""
-        from ..core.policy import CostModel
+        from ..core.cost import CostModel
 
         def table(curve):
             ms = tuple(s * 1e3 for s in CostModel.from_timings(curve, ROWS).prior)

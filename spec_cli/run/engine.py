@@ -1,38 +1,36 @@
-"""The speculative loop.  Never prints; yields one frozen `Step` per target
-batch.  `step` is one round, numbered as in the papers (Leviathan et al.
-2022, Chen et al. 2023; the shape of gpt-fast's `speculative_decode`):
+"""One generation.  Never prints; yields one frozen `Step` per target batch.
 
-  1. the policy chooses, once, which proposer drafts and how far (k), and
-     that proposer drafts up to k tokens after the context;
-  2. the target scores [last context token, draft...] in one batch: k+1 rows;
-  3. the rule keeps the longest valid prefix of the draft: by default each
-     position's token is the target's Gumbel-max choice for (seed,
-     position) -- the argmax when greedy -- so the text is the target's
-     whatever was drafted; `--rule residual` is the classic rule;
-  4. the target's own token follows: the correction at the first rejected
-     position, or the bonus token when everything was accepted;
-  5. the target's KV cache is rewound past the accepted tokens (the next
-     token is fed with the next batch).
+A round (run/round.py, the one place it is written, for one request or
+many) drafts, verifies in one target batch, and keeps the longest valid
+prefix of the draft by the rule: by default each position's token is the
+target's Gumbel-max choice for (seed, position) -- the argmax when greedy
+-- so the text is the target's whatever was drafted; `--rule residual` is
+the classic rule.  The target's own token follows: the correction at the
+first rejected position, or the bonus token when everything was accepted.
 
-`generate` wraps the rounds: end-of-generation tokens, stop strings, max
-tokens and a full context end the loop with a finish reason.
+`Generation` is a request's state between rounds (context, rule, policy,
+output); `generate` runs one as a batch of one: end-of-generation tokens,
+stop strings, max tokens and a full context end it with a finish reason.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import SpecError
-from .proposers.base import EMPTY, Proposal, Proposer
+from .proposers.base import Proposer
 from .stops import StopMatcher
 from ..core.config import Decoding
 from ..core.sampling import SamplingConfig, choose, choose_rows, margin, probs as to_probs
-from ..core.policy import CostModel, Policy
+from ..core.cost import CostModel
+from ..core.policy import Policy
 from ..core.verify import verify, verify_choices
+from . import round as rounds
+from .round import Lane, Round
 from .rows import rows_rule
 
 if TYPE_CHECKING:
@@ -116,81 +114,14 @@ class Step:
     logprobs: tuple = ()   # with GenConfig.logprobs: each of `tokens`' core.adjust.TokenLogprob
 
 
-@dataclass
-class Round:
-    """What one `step` did."""
-
-    draft: list[int]
-    accepted: int
-    token: int              # the target's own: correction or bonus
-    source: str
-    draft_s: float
-    verify_s: float
-    # the target's k+1 rows (views of llama.cpp's buffers: read before the
-    # next decode), whole or as Candidates (sampling.py; see candidates_k);
-    # None where the rule chose from the row itself (pick.alone: Model.last_rows has it)
-    logits: np.ndarray | list | None
-    host_s: float = 0.0
-    host_draft_s: float = 0.0
-
-
-def legal_draft(pick, draft: list[int], prop: Proposal) -> list[int]:
-    """`draft` as far as the rule's constraint admits it (all of it where
-    there is none): a token it refuses cannot be accepted, so what follows
-    it would be verify rows for nothing (pick.legal says how much to keep)."""
-    legal = getattr(pick, "legal", None)
-    if legal is not None and draft:
-        draft = draft[:legal(draft, prop)]
-    return draft if len(draft) >= getattr(pick, "draft_min", 0) else []
-
-
-def keep_going(policy: Policy | None, cand) -> Callable | None:
-    """The proposer's keep_going for candidate `cand`: one more token while
-    the policy says it pays (a hybrid's extension names its own source)."""
-    if policy is None:
-        return None
-    return lambda chain, source=None: policy.keep_going(source or cand.source, chain)
-
-
-def step(target: Model, proposer: Proposer, policy: Policy | None, context: list[int], k: int,
-         pick: Callable[[np.ndarray, list[int], Proposal], tuple[int, int]], clock=None) -> Round:
-    """One speculative round after `context`, drafting at most k tokens."""
-    timer = target.timer  # llama.cpp's time, both models' (a pair shares one timer)
-    t0, d0 = time.perf_counter(), timer.seconds
-    cands = proposer.candidates(context) if k > 0 else []                       # 1. what could draft,
-    cand, k = policy.choose(cands, k) if policy else (cands[0] if cands else None, k)  # the policy decides,
-    prop = (proposer.draft(context, cand, min(k, cand.limit), keep_going(policy, cand))
-            if cand and k > 0 else EMPTY)
-    draft = legal_draft(pick, prop.tokens[:k], prop)                            # and the proposer drafts
-    t1, d1 = time.perf_counter(), timer.seconds
-    alone = getattr(pick, "alone", None)
-    if not draft and alone is not None:  # the target alone: its row read and its token chosen in one call
-        logits, n_acc, token = None, 0, alone(target, context[-1])
-    else:
-        logits = target.decode([context[-1], *draft], logits_from=0, copy=False, candidates=True)  # 2. one pass
-        n_acc, token = pick(logits, draft, prop)                                # 3.-4. accept, correct
-    _rewind(target, len(context) + n_acc)                                       # 5. rewind
-    t2, d2 = time.perf_counter(), timer.seconds
-    verify_s, draft_s = t2 - t1, t1 - t0
-    host_draft, host_verify = max(draft_s - (d1 - d0), 0.0), max(verify_s - (d2 - d1), 0.0)
-    steady_s = draft_s if prop.steady_s is None else prop.steady_s
-    if clock is not None:  # what this step would cost on the simulated machine, the host's time included
-        verify_s = clock.verify_s(len(draft) + 1) + host_verify
-        draft_s = steady_s = clock.draft_s(prop.model_tokens, prop.model_read) + host_draft
-    if policy is not None:
-        policy.observe(prop.source, drafted=len(draft), accepted=n_acc, verify_s=verify_s, draft_s=steady_s)
-    return Round(draft, n_acc, token, prop.source, draft_s, verify_s, logits, host_draft + host_verify,
-                 host_draft)
-
-
 def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
              cfg: GenConfig = GenConfig()) -> Iterator[Step]:
     """Generate after `prompt` (token ids), one Step per target batch."""
     g = Generation(target, proposer, prompt, cfg)
     g.read_prompt()
+    lane = Lane(target.seq, g)
     while True:
-        r = step(target, g.proposer, g.policy, g.context, g.limit(), g.pick, cfg.clock)
-        s = g.settle(r)
+        s = g.settle(rounds.one(target, lane, cfg.clock))
         yield s
         if s.finish_reason is not None:
             return
@@ -198,10 +129,10 @@ def generate(target: Model, proposer: Proposer, prompt: Sequence[int],
 
 class Generation:
     """One generation's state between its rounds: the context so far, the
-    rule, the policy, the output.  `generate` drives one alone (`step`
-    decodes for it); run/batch.py drives several, one target batch for
-    all of them a round.  Each round: `limit()` caps the draft, the round
-    decodes, `settle(round)` applies it and says what it added (a Step)."""
+    rule, the policy, the output.  `generate` drives one alone, run/batch.py
+    several, one target batch for all of them a round, both through
+    run/round.py.  Each round: `limit()` caps the draft, the round decodes,
+    `settle(round)` applies it and says what it added (a Step)."""
 
     def __init__(self, target: Model, proposer: Proposer, prompt: Sequence[int], cfg: GenConfig = GenConfig()):
         prompt = list(prompt)
@@ -250,13 +181,15 @@ class Generation:
         clock = self.cfg.clock
         self.prefill = (evaluated, seconds if clock is None else clock.prefill_s(evaluated))
 
+    @property
+    def remaining(self) -> int:
+        """The tokens still to come, at most."""
+        return self.cfg.max_tokens - self.out.produced
+
     def limit(self) -> int:
         """The longest draft this round may verify: the draft, the correction
         and what came before must fit the context and the tokens asked for."""
-        remaining = self.cfg.max_tokens - self.out.produced
-        if self.policy is not None:
-            self.policy.horizon = remaining
-        return max(0, min(self.draft_max, remaining - 1, self.target.n_ctx - len(self.context) - 1))
+        return max(0, min(self.draft_max, self.remaining - 1, self.target.n_ctx - len(self.context) - 1))
 
     def settle(self, r: Round, rows=None) -> Step:
         """What round `r` added (`rows`: the target's rows of it, where the
@@ -386,11 +319,6 @@ class _Output:
             self.stop_type = "limit"
         segments = tuple((p, o) for p, o in segments if p)
         return Added(new, origin, "".join(p for p, _ in segments), segments, finish, margins, tuple(pieces))
-
-
-def _rewind(target: Model, n: int) -> None:
-    """Drop the rejected positions from the target's KV cache."""
-    target.truncate(n)
 
 
 def _verify_cap(target: Model) -> int:

@@ -257,7 +257,7 @@ class Worker:
         t = self.pair.target
         out = []
         for seq, r in enumerate(list(self.slots)):
-            view = {"id": seq, "busy": r is not None, "cached_tokens": len(t._seqs[seq])}
+            view = {"id": seq, "busy": r is not None, "cached_tokens": len(t.held(seq))}
             if r is not None:
                 st = r.session.stats
                 view.update({"kind": r.job.req.kind, "stream": r.job.req.stream,
@@ -304,7 +304,7 @@ class Worker:
         t = self.pair.target
         free = [seq for seq, r in enumerate(self.slots) if r is None]
         busy = [seq for seq, r in enumerate(self.slots) if r is not None]
-        held = {seq: common_prefix(t._seqs[seq], tokens) for seq in free}
+        held = {seq: common_prefix(t.held(seq), tokens) for seq in free}
         return choose_slot(free, busy, held, self._used, len(tokens),
                            filling=len(busy) + 1 + coming >= len(self.slots) or self._spare is None)
 

@@ -11,7 +11,7 @@ aggregate tokens a second over the run (all tokens / the run's seconds),
 each request's latency (from its start to its last token) as median and
 worst, and the acceptance.  On a simulated clock (--clock) a round is
 charged the profile's price of each pass llama.cpp makes over its rows
-(core.policy.passes: sequences that follow each other with as many rows
+(core.batching.passes: sequences that follow each other with as many rows
 each share one), plus the drafting.  A request that ends before the
 others leaves no gap between their sequences (Batch.compact).
 

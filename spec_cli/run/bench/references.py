@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import Sequence
 
 from ...core.tokens import common_prefix
-from ..proposers.base import Candidate, Proposal, flat_prior
+from ..proposers.base import Candidate, DraftsAlone, Proposal, flat_prior
 from ..suffix import Lookup
 
 NAMES = ("oracle", "ngram-oracle")
 
 
-class Oracle:
+class Oracle(DraftsAlone):
     """Bench's ceiling: drafts the tokens the target alone wrote for the
     same prompt -- perfect drafts at no cost -- with lengths chosen by the
     cost model as for any proposer.  Drafts nothing once the output has
@@ -48,7 +48,7 @@ class Oracle:
         return Proposal(self.reference[done:done + k], None, self.name)
 
 
-class TimedLookup:
+class TimedLookup(DraftsAlone):
     """Bench's second reference ("ngram-oracle"): the lookup's own drafts,
     each cut where the target alone's text (`reference`) parts from it and
     offered as sure, so the cost model drafts exactly what will be accepted

@@ -5,6 +5,8 @@ many tokens.
 
     candidates(context) -> [Candidate(source, limit, setup_s)]
     draft(context, candidate, k, keep_going) -> Proposal(tokens, probs or None)
+    batched(candidate) -> the DraftModel that drafts it with other requests', or None
+    follower -> the DraftModel that reads the request's text beside the target, or None
 
 `context` is every token so far (prompt and output).  `source` names what
 the policy learns acceptance for (a core.source.Source, or a plain name:
@@ -24,7 +26,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from ...core.config import Decoding
-from ...core.policy import UNKNOWN_PRIOR
+from ...core.acceptance import UNKNOWN_PRIOR
 
 
 @dataclass(frozen=True)
@@ -78,13 +80,34 @@ class Proposer(Protocol):
     def acceptance_prior(self, source: str, n: int) -> list[float]:
         """Acceptance chances of `source`'s draft positions 1..n before any is seen."""
 
+    def batched(self, cand: Candidate):
+        """Where several requests draft in one round (run/round.py): the
+        draft model that drafts `cand` together with the others' drafts of
+        the same model, one draft batch a position (draft.draft_together);
+        None where it is drafted alone."""
+
+    @property
+    def follower(self):
+        """The draft model that reads this request's text beside the target
+        while its prompt is read (run/batch.py: Batch._follow), or None."""
+
 
 def flat_prior(rate: float):
     """An acceptance_prior of `rate` at every position."""
     return lambda source, n: [rate] * n
 
 
-class NoDraft:
+class DraftsAlone:
+    """A proposer whose drafts are each made alone (a lookup, a reference):
+    no draft batch with other requests, no draft model reading beside the target."""
+
+    def batched(self, cand: Candidate) -> None:
+        return None
+
+    follower = None
+
+
+class NoDraft(DraftsAlone):
     """The target alone: the baseline, through the same loop."""
 
     name = "none"

@@ -192,6 +192,16 @@ class DraftModel:
         """After tokens of these confidences, does the draft stop here?"""
         return chain[-1] < self.p_min or (keep_going is not None and not keep_going(chain))
 
+    @property
+    def follower(self) -> "DraftModel | None":
+        """This, where it drafts from a model of its own (which can read a
+        request's text beside the target); an MTP block reads the target's rows."""
+        return self if isinstance(self.source, ModelDrafts) else None
+
+    def position(self, context: Sequence[int]) -> int:
+        """The output position of the token after `context`."""
+        return len(context) - self._prompt_len
+
     def batched(self, cand: Candidate) -> "DraftModel | None":
         """Who drafts `cand` where several sequences draft together
         (draft_together): this, when it drafts from a model of its own."""
@@ -321,7 +331,7 @@ def draft_together(items) -> list[Proposal]:
         if behind > 1:  # what it missed (a first draft after the prompt): read alone, then in the batch
             model.decode(list(context[keep:-1]))
         jobs.append(dict(dm=dm, seq=seq, k=k, keep_going=keep_going, feed=context[-1], behind=behind,
-                         pos=len(context) - dm._prompt_len, unsure=dm.p_min > 0.0 or keep_going is not None,
+                         pos=dm.position(context), unsure=dm.p_min > 0.0 or keep_going is not None,
                          tokens=[], rows=[], chain=[]))
     active = list(jobs)
     while active:

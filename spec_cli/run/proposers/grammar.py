@@ -64,13 +64,13 @@ class GrammarDrafts:
         return self.inner.draft(context, cand, k, keep_going)
 
     @property
-    def draft_model(self):
+    def follower(self):
         """None: no draft model reads a constrained request's prompt beside the
-        target (run/batch.py's follower; see candidates)."""
+        target (see candidates)."""
         return None
 
     def __getattr__(self, name: str):
-        # the rest of the wrapped proposer's face (its draft model, batched, ...)
+        # the rest of the wrapped proposer's face (its draft model, its lookup, ...)
         if name in ("inner", "constraint"):
             raise AttributeError(name)
         return getattr(self.inner, name)

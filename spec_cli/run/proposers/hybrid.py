@@ -42,6 +42,10 @@ class Hybrid:
         """The draft model, for a candidate it drafts alone (draft.draft_together)."""
         return self.draft_model.batched(cand)
 
+    @property
+    def follower(self):
+        return self.draft_model.follower
+
     def draft(self, context, cand, k, keep_going=None) -> Proposal:
         if cand.source == self.draft_model.name:
             return self.draft_model.draft(context, cand, k, keep_going)

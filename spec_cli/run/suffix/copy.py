@@ -98,7 +98,7 @@ class Copy:
 BACK = 8   # how far before a match an edit that no copy saw is looked for
 
 
-def _edit_before(src: Sequence[int], i: int, out: Sequence[int], o: int, edits: dict) -> None:
+def edit_before(src: Sequence[int], i: int, out: Sequence[int], o: int, edits: dict) -> None:
     """The output matched the source just after source position i and output
     position o (exclusive ends) but not at them: an edit made before any copy
     followed (a rename in the first line).  Find where they agreed before it

@@ -10,8 +10,8 @@ from typing import Sequence
 
 from ...core.source import Source
 from ...core.tokens import common_prefix
-from ..proposers.base import Candidate, EMPTY, Proposal
-from .copy import MAX_COPIES, Copy, _edit_before
+from ..proposers.base import EMPTY, Candidate, DraftsAlone, Proposal
+from .copy import MAX_COPIES, Copy, edit_before
 from .index import DEPTH, SuffixIndex, bucket
 from .priors import PREDICTION, lookup_prior
 from .store import Store
@@ -28,7 +28,7 @@ class _Offer:
     matched: int = 0     # a lookup's match length
 
 
-class Lookup:
+class Lookup(DraftsAlone):
     """The free proposer: the suffix index over this generation's context
     (prompt and output) and, given one, a `Store` of earlier outputs.  A
     lookup draft starts a `Copy`; while the output follows it, the copy
@@ -130,7 +130,7 @@ class Lookup:
             if tokens and where[0] > 0:
                 self.copies.append(Copy(offer.index, offer.origin, where[0] - 1, len(context), self.edits,
                                         offer.matched))
-                _edit_before(offer.index.tokens, where[0] - 1 - offer.matched, context,
+                edit_before(offer.index.tokens, where[0] - 1 - offer.matched, context,
                              len(context) - offer.matched, self.edits)
             if tokens and offer.origin == "hist" and self.store is not None and where[0] > 0:
                 self.store.touch(where[0] - 1)

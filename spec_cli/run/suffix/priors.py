@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ...core.policy import unknown_prior
+from ...core.acceptance import unknown_prior
 from ...core.source import Source
 
 # A lookup's first token, by how long its match was (suffix.bucket): a
