@@ -23,17 +23,20 @@ from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, DEFAULT_TARGET
 from .common import FrequencyPenalty, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
 
 
+Input = Annotated[Path, typer.Argument(
+    metavar="INPUT", help="A JSON-lines file of requests (OpenAI's batch format, or {\"prompt\"} objects), "
+                          "a file of prompts one a line, or a folder of prompt files.")]
+Output = Annotated[Optional[Path], typer.Option(
+    "--output", "-o", help="Where the answers go: a JSON-lines file (appended as each request finishes; "
+                           "run again to resume), or for a folder of prompts a folder (default: NAME.out.EXT "
+                           "beside each prompt). Default for a file: stdout.")]
+Ordered = Annotated[bool, typer.Option("--ordered", help="Write the answers in input order (default: as "
+                                                         "they finish, each with its custom_id).")]
+SummaryJson = Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")]
+
+
 def batch(
-    source: Annotated[Path, typer.Argument(
-        metavar="INPUT", help="A JSON-lines file of requests (OpenAI's batch format, or {\"prompt\"} objects), "
-                              "a file of prompts one a line, or a folder of prompt files.")],
-    output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", help="Where the answers go: a JSON-lines file (appended as each request finishes; "
-                               "run again to resume), or for a folder of prompts a folder (default: NAME.out.EXT "
-                               "beside each prompt). Default for a file: stdout.")] = None,
-    ordered: Annotated[bool, typer.Option("--ordered", help="Write the answers in input order (default: as "
-                                                            "they finish, each with its custom_id).")] = False,
-    parallel: Parallel = 8,
+    source: Input, output: Output = None, ordered: Ordered = False, parallel: Parallel = 8,
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P,
     seed: Seed = None, max_tokens: MaxTokens = 256,
@@ -42,8 +45,7 @@ def batch(
     system: System = None, raw: Raw = False, stop: Stops = [],
     draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0, ctx: Ctx = 4096, threads: Threads = 0,
     rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
-    deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
+    deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False, as_json: SummaryJson = False,
 ) -> None:
     """Run a file of requests, every one in the same engine batch: the
     models load once, up to --parallel requests share each target batch,

@@ -15,52 +15,54 @@ from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling
                      placement, Rpc, TensorSplit)
 
 
+Prompts = Annotated[List[Path], typer.Option("--prompts", "-p", help="JSON-lines prompt files (id, kind, "
+                                             "prompt); repeatable. Default: spec-cli's own small set.")]
+Proposers = Annotated[List[str], typer.Option(
+    "--proposer", help="Proposer to compare with the target alone; repeatable: hybrid, draft, mtp (the "
+                       "target's own multi-token-prediction layers), ngram, "
+                       "oracle (drafts what the target alone wrote: the ceiling), or ngram-oracle (the "
+                       "lookup's drafts cut to what the target alone wrote: the lookup with perfect "
+                       "timing). NAME@K drafts K tokens every step (no cost model).")]
+Sweep = Annotated[Optional[str], typer.Option(
+    "--sweep-draft-max", help="Also try each proposer at these fixed lengths, e.g. 1,2,3,4,6.")]
+MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Tokens per generation.")]
+NPrompts = Annotated[int, typer.Option("--n-prompts", min=0, help="First N prompts of each file (0 = all).")]
+Seed = Annotated[int, typer.Option("--seed", help="Random seed (the same for every run).")]
+Rules = Annotated[List[str], typer.Option("--rule", help="gumbel | residual; repeatable to compare the two rules.")]
+Clock = Annotated[Optional[str], typer.Option(
+    "--clock", help="Charge a simulated clock instead of the wall: a shipped profile (gpu-70b: a 70B "
+                    "target on a GPU with a 1B draft; measured: this machine's probed curves) or a TOML "
+                    "file. The models still run for the tokens and the acceptance; every time is "
+                    "the profile's.")]
+PeerFile = Annotated[Optional[str], typer.Option(
+    "--peer", help="Also run each prompt through llama-cpp-python's own generation loop "
+                   "(Llama.create_completion) on the same file and settings, and report generation "
+                   "speed against it.")]
+Concurrency = Annotated[Optional[str], typer.Option(
+    "--concurrency", metavar="C,...",
+    help="Send the prompts C at a time instead (C clients, each sending its next prompt when answered, "
+         "all running in one batch a step as `serve --parallel C` runs them), e.g. 1,4,8: aggregate "
+         "tok/s and per-request latency next to the target alone at the same concurrency.")]
+BatchFile = Annotated[Optional[Path], typer.Option(
+    "--batch", metavar="FILE", help="Time a `spec-cli batch` input (a file of requests or prompts) end to "
+                                    "end instead, as batch runs it: tokens a second in all, the target "
+                                    "alone beside each proposer.")]
+Parallel = Annotated[int, typer.Option("--parallel", "-np", min=1, max=64, metavar="N",
+                                       help="With --batch: requests at once (batch's default).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object with a `sets` list.")]
+Html = Annotated[Optional[Path], typer.Option(
+    "--html", help="Also write the result as one self-contained HTML report with plots.")]
+
+
 def bench(
-    prompts: Annotated[List[Path], typer.Option("--prompts", "-p", help="JSON-lines prompt files (id, kind, "
-                                                "prompt); repeatable. Default: spec-cli's own small set.")] = [],
-    target: Target = DEFAULT_TARGET, draft: Draft = None,
-    proposer: Annotated[List[str], typer.Option(
-        "--proposer", help="Proposer to compare with the target alone; repeatable: hybrid, draft, mtp (the "
-                           "target's own multi-token-prediction layers), ngram, "
-                           "oracle (drafts what the target alone wrote: the ceiling), or ngram-oracle (the "
-                           "lookup's drafts cut to what the target alone wrote: the lookup with perfect "
-                           "timing). NAME@K drafts K tokens every step (no cost model).")] = ["hybrid"],
-    sweep_draft_max: Annotated[Optional[str], typer.Option(
-        "--sweep-draft-max", help="Also try each proposer at these fixed lengths, e.g. 1,2,3,4,6.")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Tokens per generation.")] = 128,
-    n_prompts: Annotated[int, typer.Option("--n-prompts", min=0, help="First N prompts of each file "
-                                                                       "(0 = all).")] = 0,
+    prompts: Prompts = [], target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: Proposers = ["hybrid"],
+    sweep_draft_max: Sweep = None, max_tokens: MaxTokens = 128, n_prompts: NPrompts = 0,
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed (the same for every run).")] = 0,
-    draft_max: DraftMax = 16, ctx: Ctx = 4096, threads: Threads = 0,
-    rpc: Rpc = None, tensor_split: TensorSplit = None,
-    gpu_layers: GpuLayers = 0,
-    draft_gpu_layers: DraftGpuLayers = 0, deterministic: Deterministic = False,
-    rule: Annotated[List[str], typer.Option("--rule", help="gumbel | residual; repeatable to compare the "
-                                                           "two rules.")] = ["gumbel"],
-    clock: Annotated[Optional[str], typer.Option(
-        "--clock", help="Charge a simulated clock instead of the wall: a shipped profile (gpu-70b: a 70B "
-                        "target on a GPU with a 1B draft; measured: this machine's probed curves) or a TOML "
-                        "file. The models still run for the tokens and the acceptance; every time is "
-                        "the profile's.")] = None,
-    peer: Annotated[Optional[str], typer.Option(
-        "--peer", help="Also run each prompt through llama-cpp-python's own generation loop "
-                       "(Llama.create_completion) on the same file and settings, and report generation "
-                       "speed against it.")] = None,
-    concurrency: Annotated[Optional[str], typer.Option(
-        "--concurrency", metavar="C,...",
-        help="Send the prompts C at a time instead (C clients, each sending its next prompt when answered, "
-             "all running in one batch a step as `serve --parallel C` runs them), e.g. 1,4,8: aggregate "
-             "tok/s and per-request latency next to the target alone at the same concurrency.")] = None,
-    batch_file: Annotated[Optional[Path], typer.Option(
-        "--batch", metavar="FILE", help="Time a `spec-cli batch` input (a file of requests or prompts) end to "
-                                        "end instead, as batch runs it: tokens a second in all, the target "
-                                        "alone beside each proposer.")] = None,
-    parallel: Annotated[int, typer.Option("--parallel", "-np", min=1, max=64, metavar="N",
-                                          help="With --batch: requests at once (batch's default).")] = 8,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with a `sets` list.")] = False,
-    html: Annotated[Optional[Path], typer.Option(
-        "--html", help="Also write the result as one self-contained HTML report with plots.")] = None,
+    seed: Seed = 0, draft_max: DraftMax = 16, ctx: Ctx = 4096, threads: Threads = 0,
+    rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0,
+    draft_gpu_layers: DraftGpuLayers = 0, deterministic: Deterministic = False, rule: Rules = ["gumbel"],
+    clock: Clock = None, peer: PeerFile = None, concurrency: Concurrency = None, batch_file: BatchFile = None,
+    parallel: Parallel = 8, as_json: AsJson = False, html: Html = None,
 ) -> None:
     """Is it faster on this machine?  The target alone and each proposer,
     interleaved prompt by prompt, timed end to end, next to the ceiling.
@@ -72,11 +74,10 @@ def bench(
       spec-cli bench --clock gpu-70b --temp 0.8 --json > bench.json
       spec-cli bench --batch requests.jsonl --parallel 8
     """
-    from ..run.bench import DEFAULT_PROMPTS, problems, report, run_bench, variants_from
+    from ..run.bench import DEFAULT_PROMPTS, variants_from
     from ..run.clock import load_clock
     from ..run.engine import GenConfig
     from ..llama.peer import Peer
-    from ..term import render
     from .common import check_rule
 
     files = _checked(prompts or [DEFAULT_PROMPTS], clock, peer)
@@ -84,60 +85,66 @@ def bench(
     variants = variants_from(proposer, sweep_draft_max, [check_rule(r) for r in rule])
     if not variants:
         raise SpecError("nothing to compare: give a --proposer other than none")
-    needs_draft = any(v.proposer in ("hybrid", "draft") for v in variants)
-    base = "hybrid" if needs_draft else "mtp" if any(v.proposer == "mtp" for v in variants) else "ngram"
+    base = ("hybrid" if any(v.proposer in ("hybrid", "draft") for v in variants)
+            else "mtp" if any(v.proposer == "mtp" for v in variants) else "ngram")
+    config = dict(target=target, draft=draft, proposer=base, ctx=ctx, threads=threads, **placement(rpc, tensor_split),
+                  gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic,
+                  draft_if_it_pays=False)
     if batch_file is not None:
-        _batch(batch_file, variants, parallel, PairConfig(
-            target=target, draft=draft, proposer=base, ctx=ctx, threads=threads, **placement(rpc, tensor_split),
-            gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic,
-            draft_if_it_pays=False, seqs=parallel + (parallel > 1 and not deterministic)),
-            temp=temp, samp=samp, max_tokens=max_tokens, seed=seed, draft_max=draft_max, as_json=as_json,
-            others=bool(concurrency or peer or html or clock or prompts or sweep_draft_max))
+        _batch(batch_file, variants, parallel, PairConfig(**config, seqs=parallel + (parallel > 1 and not deterministic)),
+               temp=temp, samp=samp, max_tokens=max_tokens, seed=seed, draft_max=draft_max, as_json=as_json,
+               others=bool(concurrency or peer or html or clock or prompts or sweep_draft_max))
         return
     levels = _levels(concurrency, variants, peer, html) if concurrency else None
-    pair = load(PairConfig(target=target, draft=draft, proposer=base, ctx=ctx, threads=threads,
-                           **placement(rpc, tensor_split),
-                           gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic,
-                           draft_if_it_pays=False, seqs=max(levels) if levels else 1), quiet=as_json)
+    pair = load(PairConfig(**config, seqs=max(levels) if levels else 1), quiet=as_json)
     runner = None
     try:
         runner = Peer(pair.target) if peer else None
         simulated = load_clock(clock, pair) if clock else None
-        gen = GenConfig(sampling=samp, max_tokens=max_tokens, draft_max=draft_max, seed=seed,
-                        clock=simulated)
+        gen = GenConfig(sampling=samp, max_tokens=max_tokens, draft_max=draft_max, seed=seed, clock=simulated)
+        n = n_prompts or None
         if levels:
-            _concurrent(pair, files, variants, levels, gen, n_prompts=n_prompts or None, as_json=as_json,
-                        target=target, deterministic=deterministic, temperature=temp, max_tokens=max_tokens,
-                        seed=seed)
-            return
-        with render.spinner(enabled=not as_json) as progress:
-            try:
-                sets = run_bench(pair, files, variants, n_prompts=n_prompts or None, gen_base=gen,
-                                 on_progress=progress, peer=runner)
-            except KeyboardInterrupt:
-                raise SpecError("bench interrupted; no results", exit_code=130) from None
-        result = report(pair, sets, target=target, deterministic=deterministic, rules=rule, max_tokens=max_tokens,
-                        temperature=temp, top_k=samp.top_k, top_p=samp.top_p, min_p=samp.min_p, seed=seed,
-                        draft_max=draft_max, clock=simulated, peer=runner)
-        if pair.config.rpc:
-            result["rpc"] = list(pair.config.rpc)
-        if html is not None:
-            from ..term import report as html_report
-            html_report.write(result, html)
-        if as_json:
-            print(json.dumps(result, indent=1))
-        else:
-            render.wide_err().print(render.bench_table(result))
-        wrong = problems(sets, deterministic=deterministic)
-        if wrong:
-            render.error("output parted from the target alone where rounding cannot explain it: "
-                         "this is a bug in spec-cli\n" + "\n".join(wrong),
-                         "Please report it with the command and the prompt file.")
-            raise typer.Exit(2)
+            return _concurrent(pair, files, variants, levels, gen, n_prompts=n, as_json=as_json, target=target,
+                               deterministic=deterministic, temperature=temp, max_tokens=max_tokens, seed=seed)
+        _one_at_a_time(pair, files, variants, gen, runner, n_prompts=n, as_json=as_json, html=html,
+                       meta=dict(target=target, deterministic=deterministic, rules=rule, max_tokens=max_tokens,
+                                 temperature=temp, top_k=samp.top_k, top_p=samp.top_p, min_p=samp.min_p,
+                                 seed=seed, draft_max=draft_max, clock=simulated, peer=runner))
     finally:
         if runner is not None:
             runner.close()
         pair.close()
+
+
+def _one_at_a_time(pair, files, variants, gen, runner, *, n_prompts, as_json: bool, html, meta: dict) -> None:
+    """The prompts one at a time, each variant beside the target alone; the
+    report printed (and written as HTML), exit 2 where the output parted
+    from the target alone's beyond rounding."""
+    from ..run.bench import problems, report, run_bench
+    from ..term import render
+
+    with render.spinner(enabled=not as_json) as progress:
+        try:
+            sets = run_bench(pair, files, variants, n_prompts=n_prompts, gen_base=gen, on_progress=progress,
+                             peer=runner)
+        except KeyboardInterrupt:
+            raise SpecError("bench interrupted; no results", exit_code=130) from None
+    result = report(pair, sets, **meta)
+    if pair.config.rpc:
+        result["rpc"] = list(pair.config.rpc)
+    if html is not None:
+        from ..term import report as html_report
+        html_report.write(result, html)
+    if as_json:
+        print(json.dumps(result, indent=1))
+    else:
+        render.wide_err().print(render.bench_table(result))
+    wrong = problems(sets, deterministic=meta["deterministic"])
+    if wrong:
+        render.error("output parted from the target alone where rounding cannot explain it: "
+                     "this is a bug in spec-cli\n" + "\n".join(wrong),
+                     "Please report it with the command and the prompt file.")
+        raise typer.Exit(2)
 
 
 def _levels(text: str, variants, peer, html) -> list[int]:

@@ -22,18 +22,20 @@ from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling
 CHAT_HELP = "/reset  /stats  /save FILE  /exit  -- Ctrl-C stops a reply, Ctrl-D exits"
 
 
+System = Annotated[Optional[str], typer.Option("--system", help="System message for the conversation.")]
+ReplyTokens = Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens per reply.")]
+
+
 def chat(
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
-    system: Annotated[Optional[str], typer.Option("--system", help="System message for the conversation.")] = None,
+    system: System = None,
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P, seed: Seed = None,
     repeat_penalty: RepeatPenalty = 1.0, presence_penalty: PresencePenalty = 0.0,
     frequency_penalty: FrequencyPenalty = 0.0, repeat_last_n: RepeatLastN = 64,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens per reply.")] = 1024,
-    draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
-    ctx: Ctx = 4096, threads: Threads = 0,
-    rpc: Rpc = None, tensor_split: TensorSplit = None,
-    gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
-    deterministic: Deterministic = False, rule: Rule = "gumbel",
+    max_tokens: ReplyTokens = 1024, draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
+    ctx: Ctx = 4096, threads: Threads = 0, rpc: Rpc = None, tensor_split: TensorSplit = None,
+    gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0, deterministic: Deterministic = False,
+    rule: Rule = "gumbel",
     json_schema: JsonSchema = None, grammar: Grammar = None, json_object: JsonObject = False, quiet: Quiet = False,
 ) -> None:
     """Chat in the model's own chat template.  Each turn evaluates only its
@@ -70,32 +72,43 @@ def chat(
         _setup_history()
     chat = _Chat(pair, base=[{"role": "system", "content": system}] if system else [], label=proposer,
                  target=target, quiet=quiet, total=Stats(), gen=gen)
-    if rpc:  # a server that goes away ends the process (rpc.on_abort): the conversation is written out first
-        from ..llama import rpc as rpc_lib
-        from ..files import state_dir
-
-        rescue = state_dir() / "chat-rescued.json"
-        rpc_lib.on_abort(lambda message: len(chat.messages) > len(chat.base)
-                         and _save_chat(str(rescue), target, chat.messages))
+    if rpc:
+        _rescue_on_abort(chat, target)
     if not quiet:
         render.note(f"chat with {target}" + (f", drafting with {pair.drafter}" if pair.drafter else "")
                     + f", proposer {proposer}\n{CHAT_HELP}")
     try:
-        while True:
-            try:
-                line = input("you> " if interactive else "").strip()
-            except EOFError:
-                break
-            except KeyboardInterrupt:
-                print()
-                continue
-            if line.startswith("/"):
-                if not chat.command(line):
-                    break
-            elif line:
-                chat.turn(line)
+        _converse(chat, interactive)
     finally:
         pair.close()
+
+
+def _converse(chat: "_Chat", interactive: bool) -> None:
+    """Turn after turn, until /exit or the end of the input."""
+    while True:
+        try:
+            line = input("you> " if interactive else "").strip()
+        except EOFError:
+            return
+        except KeyboardInterrupt:
+            print()
+            continue
+        if line.startswith("/"):
+            if not chat.command(line):
+                return
+        elif line:
+            chat.turn(line)
+
+
+def _rescue_on_abort(chat: "_Chat", target: str) -> None:
+    """A server that goes away ends the process (rpc.on_abort): the
+    conversation is written out first."""
+    from ..llama import rpc as rpc_lib
+    from ..files import state_dir
+
+    rescue = state_dir() / "chat-rescued.json"
+    rpc_lib.on_abort(lambda message: len(chat.messages) > len(chat.base)
+                     and _save_chat(str(rescue), target, chat.messages))
 
 
 class _Chat:

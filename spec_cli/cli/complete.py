@@ -17,38 +17,37 @@ import typer
 
 from ..errors import SpecError
 from ..run.config import PairConfig
-from .common import FrequencyPenalty, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
+from .common import FrequencyPenalty, MaxTokens, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
 from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, MinP, ProposerName, Quiet, Rule, Seed, Target, Temp,
                      Threads, TopK, TopP, read_file, run_session, stdout_write,
                      placement, Rpc, TensorSplit)
 
 
+SuffixFile = Annotated[Optional[Path], typer.Option("--suffix-file", help="The text after the cursor, from a file.")]
+Suffix = Annotated[Optional[str], typer.Option("--suffix", help="The text after the cursor.")]
+MaxLines = Annotated[int, typer.Option("--max-lines", min=0, help="Stop after this many lines (0 = no limit).")]
+NIndent = Annotated[Optional[int], typer.Option(
+    "--n-indent", min=0, help="Stop at the first new line indented less than this (default: the cursor "
+                              "line's indentation; 0 = off).")]
+TMaxPredict = Annotated[float, typer.Option(
+    "--t-max-predict-ms", min=0, help="After this long, stop at the next line's end (0 = no limit).")]
+Server = Annotated[Optional[str], typer.Option(
+    "--server", envvar="SPEC_CLI_SERVER", show_envvar=True,
+    help="Ask a running `spec-cli serve` at this URL (the model options are then the server's).")]
+AsJson = Annotated[bool, typer.Option("--json", help='Print {"completion": ..., "stats": ...}.')]
+
+
 def complete(
-    suffix_file: Annotated[Optional[Path], typer.Option("--suffix-file", help="The text after the cursor, "
-                                                                              "from a file.")] = None,
-    suffix: Annotated[Optional[str], typer.Option("--suffix", help="The text after the cursor.")] = None,
+    suffix_file: SuffixFile = None, suffix: Suffix = None,
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
-    temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P, seed: Seed = None,
-    repeat_penalty: RepeatPenalty = 1.0, presence_penalty: PresencePenalty = 0.0,
+    temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P,
+    seed: Seed = None, repeat_penalty: RepeatPenalty = 1.0, presence_penalty: PresencePenalty = 0.0,
     frequency_penalty: FrequencyPenalty = 0.0, repeat_last_n: RepeatLastN = 64,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens to generate.")] = 128,
-    max_lines: Annotated[int, typer.Option("--max-lines", min=0,
-                                           help="Stop after this many lines (0 = no limit).")] = 0,
-    n_indent: Annotated[Optional[int], typer.Option(
-        "--n-indent", min=0, help="Stop at the first new line indented less than this (default: the cursor "
-                                  "line's indentation; 0 = off).")] = None,
-    t_max_predict_ms: Annotated[float, typer.Option(
-        "--t-max-predict-ms", min=0, help="After this long, stop at the next line's end (0 = no limit).")] = 0,
-    server: Annotated[Optional[str], typer.Option(
-        "--server", envvar="SPEC_CLI_SERVER", show_envvar=True,
-        help="Ask a running `spec-cli serve` at this URL (the model options are then the server's).")] = None,
-    draft_max: DraftMax = 16, fixed_draft: Fixed = False,
-    ctx: Ctx = 4096, threads: Threads = 0,
-    rpc: Rpc = None, tensor_split: TensorSplit = None,
-    gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
-    deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
-    as_json: Annotated[bool, typer.Option("--json", help='Print {"completion": ..., "stats": ...}.')] = False,
+    max_tokens: MaxTokens = 128, max_lines: MaxLines = 0, n_indent: NIndent = None, t_max_predict_ms: TMaxPredict = 0,
+    server: Server = None, draft_max: DraftMax = 16, fixed_draft: Fixed = False, ctx: Ctx = 4096, threads: Threads = 0,
+    rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
+    deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False, as_json: AsJson = False,
 ) -> None:
     """Editor completion: the text before the cursor on stdin, the rest with
     --suffix-file; prints only the middle (fill-in-the-middle when the model
@@ -61,15 +60,7 @@ def complete(
     """
     from ..run.editor import EditorStops, cursor_indent
 
-    if sys.stdin is None or sys.stdin.isatty():
-        raise SpecError("complete reads the text before the cursor on stdin",
-                        hint="e.g. `head -c $OFFSET file.py | spec-cli complete --suffix-file rest.py`")
-    prefix = sys.stdin.read()
-    if suffix_file is not None and suffix is not None:
-        raise SpecError("give --suffix or --suffix-file, not both")
-    after = read_file(suffix_file, what="suffix file", allow_empty=True) if suffix_file is not None else (suffix or "")
-    if not prefix and not after:
-        raise SpecError("nothing to complete: the prefix on stdin and the suffix are both empty")
+    prefix, after = _read_input(suffix_file, suffix)
     indent = cursor_indent(prefix) if n_indent is None else n_indent
     adjust = penalties(repeat_penalty, presence_penalty, frequency_penalty, repeat_last_n)
     if server:
@@ -94,6 +85,20 @@ def complete(
         stdout_write(completion)
     if finish == "interrupted":
         raise typer.Exit(130)
+
+
+def _read_input(suffix_file: Path | None, suffix: str | None) -> tuple[str, str]:
+    """The text before the cursor (stdin) and after it."""
+    if sys.stdin is None or sys.stdin.isatty():
+        raise SpecError("complete reads the text before the cursor on stdin",
+                        hint="e.g. `head -c $OFFSET file.py | spec-cli complete --suffix-file rest.py`")
+    prefix = sys.stdin.read()
+    if suffix_file is not None and suffix is not None:
+        raise SpecError("give --suffix or --suffix-file, not both")
+    after = read_file(suffix_file, what="suffix file", allow_empty=True) if suffix_file is not None else (suffix or "")
+    if not prefix and not after:
+        raise SpecError("nothing to complete: the prefix on stdin and the suffix are both empty")
+    return prefix, after
 
 
 def _complete_here(prefix: str, after: str, stops, cfg: PairConfig, rule: str, samp, *, max_tokens: int,

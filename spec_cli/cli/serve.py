@@ -16,37 +16,39 @@ from .common import (load, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLa
                      check_port, model_name, placement, Rpc, TensorSplit)
 
 
+Host = Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default; any other "
+                                                "exposes the models to the network).")]
+Port = Annotated[int, typer.Option("--port", min=0, max=65535,
+                                   help="Port to listen on (llama.vim's and llama.vscode's default).")]
+ApiKey = Annotated[Optional[str], typer.Option("--api-key", envvar="SPEC_CLI_API_KEY", show_envvar=True,
+                                               help="Require 'Authorization: Bearer KEY' on every request but "
+                                                    "/health.")]
+Queue = Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait behind the running ones; "
+                                                           "more are answered 503 with Retry-After.")]
+Cors = Annotated[Optional[list[str]], typer.Option(
+    "--cors", metavar="ORIGIN",
+    help="A web page's origin (https://chat.example.com) allowed to call the server from a browser; "
+         "repeat for more. Pages on loopback addresses are always allowed, others refused.")]
+AllowHost = Annotated[Optional[list[str]], typer.Option(
+    "--allow-host", metavar="NAME",
+    help="A Host name to answer besides loopback ones (a local reverse proxy that passes its own); "
+         "repeat for more. Others are refused, against DNS rebinding.")]
+ReadTimeout = Annotated[float, typer.Option(
+    "--read-timeout", min=0.1, metavar="SECONDS",
+    help="Close a connection that sends no whole request head in this time; answer 408 to a body that "
+         "stalls this long (or takes over a minute).")]
+Parallel = Annotated[int, typer.Option(
+    "--parallel", "-np", min=1, max=64, metavar="N",
+    help="Requests generated at once, each in a KV sequence of its own, all in one target batch a step "
+         "(each costs a --ctx of KV cache in each model).")]
+
+
 def serve(
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
-    host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default; any other "
-                                                      "exposes the models to the network).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535,
-                                      help="Port to listen on (llama.vim's and llama.vscode's default).")] = 8012,
-    api_key: Annotated[Optional[str], typer.Option(
-        "--api-key", envvar="SPEC_CLI_API_KEY", show_envvar=True,
-        help="Require 'Authorization: Bearer KEY' on every request but /health.")] = None,
-    queue: Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait behind the running ones; "
-                                                              "more are answered 503 with Retry-After.")] = 16,
-    cors: Annotated[Optional[list[str]], typer.Option(
-        "--cors", metavar="ORIGIN",
-        help="A web page's origin (https://chat.example.com) allowed to call the server from a browser; "
-             "repeat for more. Pages on loopback addresses are always allowed, others refused.")] = None,
-    allow_host: Annotated[Optional[list[str]], typer.Option(
-        "--allow-host", metavar="NAME",
-        help="A Host name to answer besides loopback ones (a local reverse proxy that passes its own); "
-             "repeat for more. Others are refused, against DNS rebinding.")] = None,
-    read_timeout: Annotated[float, typer.Option(
-        "--read-timeout", min=0.1, metavar="SECONDS",
-        help="Close a connection that sends no whole request head in this time; answer 408 to a body that "
-             "stalls this long (or takes over a minute).")] = 10.0,
-    parallel: Annotated[int, typer.Option(
-        "--parallel", "-np", min=1, max=64, metavar="N",
-        help="Requests generated at once, each in a KV sequence of its own, all in one target batch a step "
-             "(each costs a --ctx of KV cache in each model).")] = 4,
-    draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
-    ctx: Ctx = 4096, threads: Threads = 0,
-    rpc: Rpc = None, tensor_split: TensorSplit = None,
-    gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
+    host: Host = "127.0.0.1", port: Port = 8012, api_key: ApiKey = None, queue: Queue = 16, cors: Cors = None,
+    allow_host: AllowHost = None, read_timeout: ReadTimeout = 10.0, parallel: Parallel = 4,
+    draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0, ctx: Ctx = 4096, threads: Threads = 0,
+    rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
 ) -> None:
     """Serve the pair over HTTP: the OpenAI API for chat clients and the
@@ -60,14 +62,7 @@ def serve(
       spec-cli serve          # the chat page: http://127.0.0.1:8012/
       spec-cli serve -t qwen2.5-coder-7b --port 8080 --api-key "$KEY"
     """
-    try:
-        import uvicorn
-
-        from ..serve.app import create_app
-        from ..serve.worker import ServeConfig, Worker
-    except ImportError as e:
-        raise SpecError(f"spec-cli serve needs the server extra ({e.name} is not installed)",
-                        hint="pip install 'spec-cli[serve]'  (or: pip install starlette uvicorn)") from None
+    create_app, ServeConfig, Worker = _server_parts()
     from ..term import render
 
     _log_to_stderr(quiet)
@@ -90,29 +85,54 @@ def serve(
                                 spare=spare))
     pair = worker.pair
     try:
-        from ..serve.access import Access, Protocol
+        from ..serve.access import Access
 
         app = Access(create_app(worker, api_key=api_key, read_s=read_timeout), check_host=_loopback(host),
                      cors=tuple(cors or ()), hosts=tuple(allow_host or ()))
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning" if quiet else "info",
-                                access_log=not quiet, timeout_graceful_shutdown=5, lifespan="off",
-                                http=Protocol.with_timeout(read_timeout), timeout_keep_alive=5,
-                                # connections at once: the running and waiting requests, editors' and
-                                # health checks' beside them; more are answered 503 at once
-                                limit_concurrency=max(64, 4 * (queue + 2)))
-        server = _server(config, worker)
+        server = _server(_config(app, host, port, quiet=quiet, read_timeout=read_timeout, queue=queue), worker)
         if not quiet:
-            url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
-            render.note(f"serving {name}" + (f", drafting with {pair.drafter}" if pair.drafter else "")
-                        + f", proposer {proposer}\n  chat page: {url}/   OpenAI API: {url}/v1   "
-                          f"llama.vim / llama.vscode: {url}/infill"
-                        + _parallel_line(pair, parallel) + "\n  Ctrl-C stops")
+            render.note(_banner(pair, name, proposer, host, port, parallel))
         server.run()
         if not quiet:
             render.note("stopped")
     finally:
         worker.close()
         pair.close()
+
+
+def _server_parts():
+    """The server's modules, or what to install where they are missing."""
+    try:
+        import uvicorn  # noqa: F401
+
+        from ..serve.app import create_app
+        from ..serve.worker import ServeConfig, Worker
+    except ImportError as e:
+        raise SpecError(f"spec-cli serve needs the server extra ({e.name} is not installed)",
+                        hint="pip install 'spec-cli[serve]'  (or: pip install starlette uvicorn)") from None
+    return create_app, ServeConfig, Worker
+
+
+def _banner(pair, name: str, proposer: str, host: str, port: int, parallel: int) -> str:
+    """What the server says once it listens: where, and what it runs."""
+    url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+    return (f"serving {name}" + (f", drafting with {pair.drafter}" if pair.drafter else "")
+            + f", proposer {proposer}\n  chat page: {url}/   OpenAI API: {url}/v1   "
+              f"llama.vim / llama.vscode: {url}/infill" + _parallel_line(pair, parallel) + "\n  Ctrl-C stops")
+
+
+def _config(app, host: str, port: int, *, quiet: bool, read_timeout: float, queue: int):
+    """uvicorn's settings for the app."""
+    import uvicorn
+
+    from ..serve.access import Protocol
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning" if quiet else "info",
+                          access_log=not quiet, timeout_graceful_shutdown=5, lifespan="off",
+                          http=Protocol.with_timeout(read_timeout), timeout_keep_alive=5,
+                          # connections at once: the running and waiting requests, editors' and
+                          # health checks' beside them; more are answered 503 at once
+                          limit_concurrency=max(64, 4 * (queue + 2)))
 
 
 def _server(config, worker):

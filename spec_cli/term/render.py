@@ -215,33 +215,38 @@ def bench_table(result: dict) -> Table:
     for col, just in columns:
         table.add_column(col, justify=just)
     for s in result["sets"]:
-        sp = s["speedup_e2e_median"]
-        if s["agreement"] is None:
-            agree = "n/a"
-        elif s["agreement"] == 1.0:
-            agree = "[green]all[/]"
-        else:
-            agree = f"[yellow]{s['agreement']:.0%}[/] ({s['max_divergence_margin']:.2f})"
-        share = "-" if s["ceiling_share"] is None else f"{s['ceiling_share']:.0%}"
-        table.add_row(Path(s["file"]).name, s["proposer"],
-                      f"[{'green' if sp >= 1.0 else 'red'}]{sp:.2f}x[/]",
-                      f"{s['speedup_e2e_min']:.2f}-{s['speedup_e2e_max']:.2f}",
-                      f"{s['speedup_median']:.2f}x", share,
-                      f"{s['tokens_per_s']:.1f}", f"{s['baseline_tokens_per_s']:.1f}",
-                      f"{s['ttft_s']:.2f}s", f"{s['acceptance_rate']:.0%}", f"{s['mean_accepted']:.2f}",
-                      position_bars(s["per_position"]),
-                      f"{s['draft_share']:.0%}/{s['verify_share']:.0%}/{s['overhead_share']:.1%}",
-                      f"{s.get('baseline_host_ms_per_step', 0):.2f}/{s.get('host_ms_per_step', 0):.2f}/"
-                      f"{s.get('host_ms_per_drafted', 0):.2f}",
-                      source_cell(s.get("by_source", {})), agree,
-                      *((f"{s.get('vs_peer_median', 0):.2f}x",) if peer else ()),
-                      *((validity_cell(s), f"{s.get('mask_ms_per_token', 0):.3f}") if constrained else ()))
+        table.add_row(*_bench_row(s, peer, constrained))
     for row in peer or ():
         cells = {"prompts": Path(row["file"]).name, "proposer": f"peer: {row['peer']}",
                  "tok/s": f"{row['peer_tokens_per_s']:.1f}", "alone": f"{row['tokens_per_s']:.1f}",
                  "vs peer": f"{row['vs_peer_median']:.2f}x"}
         table.add_row(*(cells.get(col, "") for col, _ in columns))
     return table
+
+
+def _bench_row(s: dict, peer, constrained: bool) -> tuple[str, ...]:
+    """One set's cells in bench_table."""
+    sp = s["speedup_e2e_median"]
+    if s["agreement"] is None:
+        agree = "n/a"
+    elif s["agreement"] == 1.0:
+        agree = "[green]all[/]"
+    else:
+        agree = f"[yellow]{s['agreement']:.0%}[/] ({s['max_divergence_margin']:.2f})"
+    share = "-" if s["ceiling_share"] is None else f"{s['ceiling_share']:.0%}"
+    return (Path(s["file"]).name, s["proposer"],
+            f"[{'green' if sp >= 1.0 else 'red'}]{sp:.2f}x[/]",
+            f"{s['speedup_e2e_min']:.2f}-{s['speedup_e2e_max']:.2f}",
+            f"{s['speedup_median']:.2f}x", share,
+            f"{s['tokens_per_s']:.1f}", f"{s['baseline_tokens_per_s']:.1f}",
+            f"{s['ttft_s']:.2f}s", f"{s['acceptance_rate']:.0%}", f"{s['mean_accepted']:.2f}",
+            position_bars(s["per_position"]),
+            f"{s['draft_share']:.0%}/{s['verify_share']:.0%}/{s['overhead_share']:.1%}",
+            f"{s.get('baseline_host_ms_per_step', 0):.2f}/{s.get('host_ms_per_step', 0):.2f}/"
+            f"{s.get('host_ms_per_drafted', 0):.2f}",
+            source_cell(s.get("by_source", {})), agree,
+            *((f"{s.get('vs_peer_median', 0):.2f}x",) if peer else ()),
+            *((validity_cell(s), f"{s.get('mask_ms_per_token', 0):.3f}") if constrained else ()))
 
 
 def validity_cell(s: dict) -> str:
