@@ -9,7 +9,8 @@ from typing import Sequence
 import numpy as np
 
 from spec_cli.core import policy as _policy
-from spec_cli.core.sampling import Dist, _pick, _z
+from spec_cli.core.dist import Dist, weights as _z
+from spec_cli.core.sampling import _pick
 from spec_cli.core.verify import verify_choices
 from spec_cli.run.proposers.base import Candidate
 from spec_cli.run.proposers.draft import PRIOR as DRAFT_PRIOR

@@ -49,7 +49,7 @@ def first_two_tokens(rows, p, n: int, rng_seed: int, make_pick) -> Counter:
     p (row j: position j), cut where the rule says (legal_draft) and
     verified on rows; where fewer than two tokens came, one plain step on
     row 1.  Row j scores output position j, whatever came before."""
-    from spec_cli.run.round import legal_draft
+    from spec_cli.run.drafting import legal_draft
     from spec_cli.run.proposers.base import EMPTY, Proposal
 
     counts, rng = Counter(), np.random.default_rng(rng_seed)

@@ -12,7 +12,7 @@ import pytest
 from spec_cli.core.adjust import Adjust, logprob_of
 from spec_cli.core.config import Decoding, SamplingConfig
 from spec_cli.core.sampling import probs
-from spec_cli.run.round import legal_draft
+from spec_cli.run.drafting import legal_draft
 from spec_cli.run.proposers.base import Proposal
 from spec_cli.run.rows import rows_rule
 from spec_cli.serve import fields

@@ -11,7 +11,7 @@ import pytest
 from spec_cli.core.config import Decoding, SamplingConfig
 from spec_cli.core.constraint import (MAX_DEPTH, MAX_TEXT, ConstraintError, Spec, compile_spec)
 from spec_cli.core.sampling import probs
-from spec_cli.run.round import legal_draft
+from spec_cli.run.drafting import legal_draft
 from spec_cli.run.rows import rows_rule as _masked_rule
 from spec_cli.run.proposers.base import Proposal
 

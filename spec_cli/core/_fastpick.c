@@ -22,7 +22,7 @@
  *      counter-based Gumbel noise as sampling.gumbel (splitmix64).
  * Thresholds compare in float32, as numpy compares a float32 row with a
  * Python float.  The arithmetic after the cut is float64, as in numpy, but
- * sums run in another order: q may differ from sampling.dist's in the
+ * sums run in another order: q may differ from dist.dist's in the
  * last bits (the choice, only at a tie that close).  Where q keeps more
  * than `head_cap` tokens after top-p or min-p it returns None and the
  * numpy path decides: whether it does depends on q's set alone, so a row
@@ -267,9 +267,9 @@ static int cmp_id(const void *a, const void *b) {
  * block one item with its mass and noise, opened only when it wins. */
 
 #define TAIL_BLOCK 2048                     /* sampling.BLOCK */
-static const uint64_t BLOCK_ID = 1ULL << 40;  /* sampling._BLOCK_ID */
+static const uint64_t BLOCK_ID = 1ULL << 40;  /* dist.BLOCK_ID */
 static const double HEAD_NATS[] = {24.0, 16.0, 12.0, 8.0, 4.0, 0.0};
-static const double TOP_P_WINDOWS[] = {4.0, 8.0, 16.0, 32.0};  /* sampling._WINDOWS, then every token */
+static const double TOP_P_WINDOWS[] = {4.0, 8.0, 16.0, 32.0};  /* dist._WINDOWS, then every token */
 
 /* exp(y) for y <= 0 in float32 (Cephes' expf: 2^n * p(r), |error| < 2 ulp;
  * 0 below -87.3, where float32 underflows as numpy's does) */

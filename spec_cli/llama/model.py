@@ -28,14 +28,15 @@ from ..core.kernel import COMPILED, Kernel
 from ..core.sampling import Candidates
 from ..core.tokens import common_prefix
 from ..errors import SpecError
-from . import bufts, cores, facts
+from . import cores, facts
 from .batch import BatchViews, Samplers
 from .config import CANDIDATE_ROWS, LoadConfig
-from .files import check_gguf, release_file_pages
+from .files import check_gguf
 from .lib import DecodeTimer, function_address, llama_cpp
 from .mtp import HiddenTape, MTPHead
 from .recurrent import Checkpoints
 from .vocab import Vocab
+from .weights import load_weights, new_context
 
 try:  # llama_decode and the kernel's choice in one call (_decodepick.c); absent without a C compiler
     from . import _decodepick
@@ -60,8 +61,9 @@ class Model:
     def __init__(self, path: str | Path, cfg: LoadConfig = LoadConfig(), *, timer: DecodeTimer | None = None):
         self.path, self.config = Path(path), cfg
         self.timer = timer or DecodeTimer()
-        self.note = None  # a line for the user about how the model was loaded
-        self.ptr = self._load_weights()
+        w = load_weights(self.path, cfg)
+        self.ptr, self.bufts, self.devices = w.ptr, w.bufts, w.devices  # devices: where the layers went
+        self.note = w.note  # a line for the user about how the model was loaded
         self.vocab = Vocab(self.ptr, self.path.name)
         self.n_vocab = self.vocab.n_vocab
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.ptr)
@@ -72,7 +74,14 @@ class Model:
         self.replays = 0    # rewinds done by going back to a checkpoint and reading tokens again
         self.rollbacks = 0  # rewinds of a recurrent state done by llama.cpp's own snapshots
         self.n_threads = cores.threads(cfg.n_threads)
-        self.ctx = self._new_context()
+        try:
+            c = new_context(self.ptr, cfg, self.n_threads, recurrent=self.recurrent, bufts=self.bufts,
+                            name=self.path.name)
+        except SpecError:
+            self.ptr = None  # new_context freed the weights
+            raise
+        self.ctx, self.numerics = c.ctx, c.numerics
+        self.flash_attn_type = c.flash_attn_type  # bench's peer loads with the same
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx) // cfg.n_seq  # each sequence's
         self.n_rs = int(llama_cpp.llama_n_rs_seq(self.ctx)) if self.recurrent else 0
         self.n_batch = llama_cpp.llama_n_batch(self.ctx)  # llama.cpp may lower what was asked
@@ -95,10 +104,9 @@ class Model:
         self.candidates_k: int | None = None
         # ...where the output layer runs on a GPU: there the graph's top-k is
         # cheap and saves copying whole rows.  On a CPU it costs more than
-        # reading the rows (ggml sorts each row: measured +30-45 ms on a
-        # 17-row verify batch and +0.8-1.5 ms a token on 2 cores, against
-        # 0.2 ms of host time saved a row), so rows stay whole there
-        # unless this is set (the tests do, to check the path)
+        # reading the rows (ggml sorts each row; docs/results.md, "Rows as
+        # candidates"), so rows stay whole there unless this is set (the
+        # tests do, to check the path)
         n_layer = int(llama_cpp.llama_model_n_layer(self.ptr))
         self.device_top_k = bool(llama_cpp.llama_supports_gpu_offload()) and (
             cfg.gpu_layers < 0 or cfg.gpu_layers > n_layer)
@@ -111,74 +119,6 @@ class Model:
         self.curve: dict[int, float] | None = None
         self.verify_cap: int | None = None
         self.costs = None  # the cost model learned on this model's steps (engine.py)
-
-    def _load_weights(self):
-        """The weights, in the buffer types decided for this CPU (cpucheck.py)."""
-        cfg = self.config
-        check_gguf(self.path)
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = cfg.gpu_layers if cfg.gpu_layers >= 0 else 1_000_000
-        mparams.load_mtp = cfg.mtp
-        placed = self._place(mparams)  # kept alive until the weights are loaded
-        self.bufts = cfg.extra_bufts
-        if self.bufts is None:
-            from .cpucheck import verdict
-            decided = verdict(self.path)
-            self.bufts, self.note = decided.bufts, decided.note
-        overrides = bufts.apply(mparams, self.bufts, self.path)
-        ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
-        del overrides, placed
-        if not ptr:
-            raise SpecError(f"llama.cpp could not load {self.path}",
-                            hint="The file may be truncated or of an architecture this "
-                                 "llama.cpp build does not know; set SPEC_CLI_DEBUG=1 to see why.")
-        release_file_pages(self.path)
-        return ptr
-
-    def _place(self, mparams):
-        """Which devices the layers go to: the RPC servers' (all layers
-        there, unless gpu_layers says how many), or, while RPC servers are
-        registered in this process, this machine's only (a draft model).
-        Returns what must stay alive while the weights load."""
-        from . import rpc
-
-        cfg = self.config
-        self.devices: list[str] = []  # where the layers went, for the start-up line and `models info`
-        if cfg.rpc:
-            devs = rpc.add_servers(cfg.rpc)
-            self.devices = [rpc.describe(d) for d in devs]
-            if cfg.gpu_layers == 0:
-                mparams.n_gpu_layers = 1_000_000
-            arr = rpc.device_array(devs)
-            mparams.devices = ctypes.cast(arr, ctypes.c_void_p)
-            split = None
-            if cfg.tensor_split:
-                split = (ctypes.c_float * llama_cpp.llama_max_devices())(*cfg.tensor_split)
-                mparams.tensor_split = split
-            return arr, split
-        if rpc.registered():
-            arr = rpc.device_array(rpc.local_devices())
-            mparams.devices = ctypes.cast(arr, ctypes.c_void_p)
-            return arr
-        return None
-
-    def _new_context(self):
-        cfg = self.config
-        cparams = facts.context_params(cfg, cfg.n_batch, self.n_threads)
-        if self.recurrent:
-            cparams.n_rs_seq = cfg.rs_snapshots  # llama.cpp sets 0 where the architecture cannot
-        # a verify batch's rows with a backend sampler attached (candidates_k)
-        cparams.n_outputs_max_per_seq = CANDIDATE_ROWS
-        self.numerics = facts.numerics(cparams, self.bufts)
-        self.flash_attn_type = int(cparams.flash_attn_type)  # bench's peer loads with the same
-        ctx = llama_cpp.llama_init_from_model(self.ptr, cparams)
-        if not ctx:
-            llama_cpp.llama_model_free(self.ptr)
-            self.ptr = None
-            raise SpecError(f"llama.cpp could not create a context of {cfg.n_ctx} tokens "
-                            f"for {self.path.name}",
-                            hint="Try a smaller --ctx, or fewer GPU layers.")
-        return ctx
 
     # -- lifecycle ---------------------------------------------------------
     def close(self) -> None:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..core.batching import Load, passes
+from ..core.batching import Load
 from ..core.tokens import common_prefix
 from . import round as rounds, schedule
 from .engine import Generation, Step
@@ -217,7 +217,6 @@ class Batch:
                                 usable=lambda s, cand: _usable(s, cand, crowded),
                                 reading=[(s.seq, tokens) for s, tokens in reading], use=self.pair.use,
                                 clock=self.clock, price=self._price)
-        n_read = sum(len(tokens) for _, tokens in reading)
         for s, tokens in reading:  # the prompt's chunk is in the cache
             s.unread = s.unread[len(tokens):]
             s.evaluated += len(tokens)
