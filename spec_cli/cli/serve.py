@@ -79,7 +79,7 @@ def serve(
     name = model_name(target)
     # the worker's thread loads the pair: every llama.cpp call then comes from one
     # thread (a second thread's decodes get a second OpenMP team, whose threads
-    # libgomp throttles once there are more than cores: measured 20 % slower)
+    # libgomp throttles once there are more than cores: docs/results.md, "Behind the code")
     worker = Worker(lambda: load(cfg, quiet=quiet, rule=rule),
                     ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft, rule=rule,
                                 spare=spare))

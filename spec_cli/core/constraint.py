@@ -44,8 +44,8 @@ MAX_TEXT = 256 * 1024        # bytes of a schema or grammar
 MAX_DEPTH = 64               # nesting of a JSON schema's objects and arrays
 MAX_NODES = 100_000          # values in a JSON schema, all told (an enum's too)
 # llguidance's parser limits: the lexer's fuel to build a grammar bounds the
-# compile (about 50k a millisecond: 2M, some 40 ms); a mask step's fuel and
-# Earley items bound the per-token time
+# compile (docs/results.md, "Behind the code"); a mask step's fuel and Earley
+# items bound the per-token time
 INITIAL_LEXER_FUEL = 2_000_000
 STEP_LEXER_FUEL = 400_000
 STEP_MAX_ITEMS = 100_000

@@ -31,9 +31,8 @@ import time
 MIN_WINDOW_S = 0.25   # a shorter start is waited out to this (only a library caller sees it)
 MAX_WINDOW_S = 5.0    # a longer one is not counted from: a fresh window of MIN_WINDOW_S is
 # a core counts as taken when others used this much of it: a wrong "busy" costs
-# more than a wrong "quiet" (this 2-core VM, quiet: a token 83 ms on one thread,
-# 47 on two; one core spinning: 80 on one, 86-108 on two), so only a steady
-# load -- a build, a spinning program -- takes a core, not a moment's blip
+# more than a wrong "quiet" (docs/results.md, "Behind the code"), so only a
+# steady load -- a build, a spinning program -- takes a core, not a moment's blip
 FREE_AT = 0.8
 
 

@@ -257,8 +257,8 @@ class Model:
         # in the order of their sequences: with a KV cache per sequence, llama.cpp
         # puts into one graph only sequences that follow each other (seq, seq + 1,
         # ... in the batch's order; llama_batch_allocr::split_equal), so four rows
-        # of sequences 2, 0, 3, 1 took three passes over the weights (204 ms
-        # against 119 ms for 4, 5, 6, 7: the 1.5B coder on 2 cores)
+        # of sequences 2, 0, 3, 1 take three passes over the weights (docs/results.md,
+        # "Behind the code")
         order = sorted(range(len(parts)), key=lambda i: parts[i][0])
         for i in order:
             seq, tokens, rows = parts[i]

@@ -46,15 +46,13 @@ from .references import NAMES as REFERENCES
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "data" / "bench.jsonl"
 
 
-# Default numerics (measured over batches of 2-17 after 2-700 cached tokens,
-# on four texts, with SmolLM2-135M Q4_1 and Qwen2.5-Coder 1.5B and 0.5B on
-# this project's CPU; tests/test_numerics.py checks both on a fixed text):
+# Default numerics (docs/results.md, "Behind the code", has what was measured;
+# tests/test_numerics.py checks both bounds on a fixed text):
 #   * a batch row's logits differ from the same token decoded alone by at
-#     most DELTA_MAX on any token (worst seen 1.41 on one 2-core AMD EPYC,
-#     1.59 with SmolLM2 on another of the same family), so no token further than
-#     2 * DELTA_MAX below the top can overtake it;
+#     most DELTA_MAX on any token, so no token further than 2 * DELTA_MAX
+#     below the top can overtake it;
 #   * the gap between the top token and any token within 2 * DELTA_MAX of it
-#     moves by at most NEAR_TIE (worst seen 0.54).
+#     moves by at most NEAR_TIE.
 # So the text can part from the target alone's only where the top two are
 # within NEAR_TIE: a divergence at a wider margin is not rounding.
 DELTA_MAX = 2.0
