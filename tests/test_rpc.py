@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from test_cli import spec
@@ -80,15 +81,26 @@ def test_drafting_over_rpc_writes_the_rpc_target_alones_text(smollm_path, server
     assert drafted["stats"]["drafted"] > 0
 
 
-def test_greedy_over_rpc_is_the_local_text_or_parts_at_rounding(smollm_path, servers):
+def test_greedy_over_rpc_is_the_local_text_or_parts_at_a_near_tie(smollm_path, servers, smollm_fast):
+    """The servers' CPU backend does not repack weights as the local load
+    does: the same sums in another order.  So the greedy texts may part,
+    but only where the local target's top two tokens were within rounding's
+    reach (bench's NEAR_TIE); a parting at a wider margin fails."""
+    from spec_cli.run.bench import NEAR_TIE
+    from spec_cli.run.runner import prompt_tokens
+
     local = _generate(smollm_path, "--proposer", "none", "--temp", "0")
     remote = _generate(smollm_path, "--proposer", "none", "--temp", "0", rpc=servers)
-    if remote["text"] != local["text"]:
-        # the servers' CPU backend does not repack weights as the local load does:
-        # the same sums in another order; the texts share a prefix and part at a near-tie
-        common = os.path.commonprefix([remote["text"], local["text"]])
-        pytest.xfail(f"RPC and local part after {len(common)} characters (the servers' weights are not "
-                     "repacked: rounding differs); the drafted RPC runs above equal the RPC target alone")
+    a, b = local["tokens"], remote["tokens"]
+    j = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    if j is None:
+        assert len(a) == len(b)
+        return
+    m = smollm_fast
+    m.reset()
+    row = m.catch_up(prompt_tokens(m, PROMPT, raw=True) + a[:j], logits_last=True)
+    top2 = np.sort(np.asarray(row, dtype=np.float64))[-2:]
+    assert top2[1] - top2[0] <= NEAR_TIE, f"RPC parts from local at token {j}, a margin of {top2[1] - top2[0]:.3f}"
 
 
 def test_a_dead_endpoint_is_one_line(smollm_path):
