@@ -20,7 +20,7 @@ target and the draft.
 What is charged: a step costs c(rows) to verify, plus for a draft model
 the batch that catches it up and one row per further drafted token
 (draft_ratio x c); reading the prompt costs c(prompt tokens).  On top of
-that the engine charges the host's time it measured (engine.step: all
+that the round charges the host's time it measured (run/round.py: all
 but the time inside llama.cpp's decode calls -- the rule, sampling, the
 lookup, Python), so a simulated device never gets a free host.
 """

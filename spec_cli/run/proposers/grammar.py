@@ -8,7 +8,7 @@ are nearly always accepted (the target picks among the masked row's legal
 tokens, and a forced text can sometimes be tokenized two ways), and k + 1
 rows in one batch never cost more than k + 1 single steps.  What the
 wrapped proposer drafts is cut where the constraint refuses a token by the
-engine (engine.legal_draft, in engine.step and run/batch.py), before it
+round (drafting.legal_draft, in run/round.py), before it
 costs a verify row.
 """
 

@@ -39,7 +39,7 @@ class Hybrid:
         return self.lookup.candidates(context) + self.draft_model.candidates(context)
 
     def batched(self, cand: Candidate):
-        """The draft model, for a candidate it drafts alone (draft.draft_together)."""
+        """The draft model, for a candidate it drafts (draft.draft_together)."""
         return self.draft_model.batched(cand)
 
     @property
