@@ -303,11 +303,11 @@ def test_a_files_gguf_facts_are_read_once_and_again_when_it_changes(tmp_path, mo
 
 
 def test_a_request_runs_beside_the_busy_slots_taking_its_cached_prefix_with_it():
-    """serve's slot choice (worker.choose_slot): the cached prefix where it
+    """serve's slot choice (schedule.choose_slot): the cached prefix where it
     keeps the busy slots together, else copied to a slot that does; a
     prompt no slot holds half of goes beside the busy ones, least recently
     used first."""
-    from spec_cli.serve.worker import choose_slot
+    from spec_cli.run.schedule import choose_slot
 
     free = [0, 2, 3]
     # slot 2 holds the prompt and sits beside busy slot 1: run there

@@ -71,7 +71,7 @@ def serve(
                     + ("" if api_key else " (no --api-key set)"))
     check_port(host, port)
     # one sequence more than the slots, to move a slot's cache beside the busy ones
-    # through (worker.choose_slot); taking turns (--deterministic) needs none
+    # through (run/schedule.py: choose_slot); taking turns (--deterministic) needs none
     spare = parallel > 1 and not deterministic
     cfg = PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
                      **placement(rpc, tensor_split), gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,

@@ -16,7 +16,9 @@ is touched here, so every rule is unit-tested with fake requests.
     have got with no request drafting has the requests ahead of it draft
     nothing until it is back within FAIR_SHARE;
   * compaction (`next_move`): the sequences of the running requests kept
-    without gaps, so that llama.cpp runs them in one pass over the weights.
+    without gaps, so that llama.cpp runs them in one pass over the weights;
+  * a slot for a new request (`choose_slot`): the cache that holds most of
+    its prompt, in a place that keeps the busy sequences together.
 """
 
 from __future__ import annotations
@@ -147,3 +149,40 @@ def next_move(seqs: Sequence[int], free: set[int]) -> tuple[int, int] | None:
     lo, hi = min(seqs), max(seqs)
     holes = [f for f in free if lo < f < hi]
     return (hi, min(holes)) if holes else None
+
+
+SIMILAR = 0.5  # a slot is reused for a prompt it holds this share of (serve's Worker._slot_for)
+
+
+def choose_slot(free: list[int], busy: list[int], held: dict[int, int], used: dict[int, int],
+                n_tokens: int, *, filling: bool = False) -> tuple[int, int | None]:
+    """Where a prompt of `n_tokens` runs: (slot, the slot whose cache it takes
+    first, or None).  `held`: how much of the prompt each free slot's cache
+    holds as a prefix; `used`: when each slot last took a request.
+
+    The cache to reuse: the free slot's that holds most of the prompt, where
+    that is at least SIMILAR of it (a chat's next turn, the same file again:
+    llama-server's slot_prompt_similarity, 0.5), so that a request that
+    only shares a chat template's first tokens with a slot does not evict
+    what that slot holds.  The place: the free slot that keeps the busy
+    ones in the fewest runs of consecutive slots, then closest together,
+    then the least recently used: llama.cpp runs only sequences that follow
+    each other in one pass over the weights (each a KV cache of its own;
+    llama_batch_allocr::split_equal), so 4 rows in sequences 0,2,5,7 are
+    four passes (docs/results.md, "Behind the code").  Where the slot holding
+    the prefix would split the busy ones further, the two slots' caches
+    change places (Pair.swap_seq, through a spare sequence: buffer copies,
+    no prompt read again, no cache lost), unless the requests waiting will
+    fill every slot (`filling`; the busy ones are all together then) or
+    there is no spare (also `filling`)."""
+    def apart(seq: int) -> tuple[int, int]:  # (runs of consecutive busy slots, span) with seq busy too
+        ids = sorted(busy + [seq])
+        return 1 + sum(b != a + 1 for a, b in zip(ids, ids[1:])), ids[-1] - ids[0]
+
+    place = min(free, key=lambda seq: (apart(seq), used.get(seq, 0)))
+    best = max(free, key=lambda seq: (held[seq], apart(seq) == apart(place), -used.get(seq, 0)))
+    if held[best] < SIMILAR * n_tokens or held[best] <= held[place]:
+        return place, None
+    if filling or apart(best)[0] <= apart(place)[0]:
+        return best, None
+    return place, best

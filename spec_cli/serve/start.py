@@ -1,5 +1,5 @@
-"""What a request starts with, before its first round: the token ids it
-names checked against the vocabulary, its proposer (the server's, or the
+"""What a request starts with, before its first round: its prompt's
+tokens, the token ids it names checked against the vocabulary, its proposer (the server's, or the
 one its `speculation` names, with its `p_min` and `prediction`), and an
 echoed prompt's logprobs.  Run in the worker's thread (they may decode)."""
 
@@ -10,6 +10,24 @@ from .api import ApiError, Request
 from .replies import Reply
 
 ECHO_CHUNK = 64  # prompt rows read at once for an echoed prompt's logprobs (echo)
+
+
+def prompt_of(target, req: Request, budget: int) -> tuple[list[int], bool, str]:
+    """The request's prompt as tokens, whether it was cut to `budget` (an
+    editor's context), and the field it came from."""
+    from ..run.editor import fim_prompt
+
+    if req.kind == "chat":
+        use = req.tools
+        tools = [t.as_openai() for t in use.tools] if use is not None and use.choice != "none" else None
+        return target.vocab.tokenize_chat(req.messages, tools), False, "messages"
+    if req.kind == "completion":
+        if req.prompt_ids is not None:
+            return list(req.prompt_ids), False, "prompt"
+        return target.vocab.tokenize(req.prompt, add_special=True, parse_special=False), False, "prompt"
+    fim = fim_prompt(target.vocab, req.input_prefix, req.input_suffix, middle=req.prompt,
+                     extra=req.input_extra, budget=budget)
+    return fim.tokens, fim.truncated, "input_prefix"
 
 
 def check_ids(req: Request, n_vocab: int) -> None:

@@ -34,7 +34,7 @@ from typing import Callable
 from ..core.tokens import common_prefix
 from ..errors import SpecError
 from ..run.batch import Batch, Stream
-from ..run.editor import EditorStops, fim_prompt
+from ..run.editor import EditorStops
 from ..run.engine import GenConfig, Generation
 from ..run.runner import Pair
 from ..run.session import Session
@@ -42,47 +42,11 @@ from ..run.suffix import Store
 from .api import ApiError, Request, internal, shutting_down
 from .constrain import tool_spec
 from .replies import Reply
-from .start import check_ids, echo, proposer_for
+from .start import check_ids, echo, prompt_of, proposer_for
 from .metrics import Metrics
+from ..run.schedule import choose_slot
 
 log = logging.getLogger("spec_cli.serve")
-
-
-SIMILAR = 0.5  # a slot is reused for a prompt it holds this share of (Worker._slot_for)
-
-
-def choose_slot(free: list[int], busy: list[int], held: dict[int, int], used: dict[int, int],
-                n_tokens: int, *, filling: bool = False) -> tuple[int, int | None]:
-    """Where a prompt of `n_tokens` runs: (slot, the slot whose cache it takes
-    first, or None).  `held`: how much of the prompt each free slot's cache
-    holds as a prefix; `used`: when each slot last took a request.
-
-    The cache to reuse: the free slot's that holds most of the prompt, where
-    that is at least SIMILAR of it (a chat's next turn, the same file again:
-    llama-server's slot_prompt_similarity, 0.5), so that a request that
-    only shares a chat template's first tokens with a slot does not evict
-    what that slot holds.  The place: the free slot that keeps the busy
-    ones in the fewest runs of consecutive slots, then closest together,
-    then the least recently used: llama.cpp runs only sequences that follow
-    each other in one pass over the weights (each a KV cache of its own;
-    llama_batch_allocr::split_equal), so 4 rows in sequences 0,2,5,7 are
-    four passes (286 ms, against 125 ms in 0-3).  Where the slot holding
-    the prefix would split the busy ones further, the two slots' caches
-    change places (Pair.swap_seq, through a spare sequence: buffer copies,
-    no prompt read again, no cache lost), unless the requests waiting will
-    fill every slot (`filling`; the busy ones are all together then) or
-    there is no spare (also `filling`)."""
-    def apart(seq: int) -> tuple[int, int]:  # (runs of consecutive busy slots, span) with seq busy too
-        ids = sorted(busy + [seq])
-        return 1 + sum(b != a + 1 for a, b in zip(ids, ids[1:])), ids[-1] - ids[0]
-
-    place = min(free, key=lambda seq: (apart(seq), used.get(seq, 0)))
-    best = max(free, key=lambda seq: (held[seq], apart(seq) == apart(place), -used.get(seq, 0)))
-    if held[best] < SIMILAR * n_tokens or held[best] <= held[place]:
-        return place, None
-    if filling or apart(best)[0] <= apart(place)[0]:
-        return best, None
-    return place, best
 
 
 @dataclass(frozen=True)
@@ -314,7 +278,7 @@ class Worker:
         check_ids(req, pair.target.n_vocab)
         # an infill prompt is cut to fit (as llama-server does), leaving room to answer
         room = min(req.max_tokens if req.max_tokens is not None else 256, n_ctx // 4)
-        tokens, truncated, where = self._prompt(req, n_ctx - room)
+        tokens, truncated, where = prompt_of(self.pair.target, req, n_ctx - room)
         if len(tokens) >= n_ctx:
             raise ApiError(400, f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}: "
                                 "shorten it, or run with a larger --ctx", param=where)
@@ -413,21 +377,6 @@ class Worker:
         t = time.monotonic() - r.started
         self._seconds += 0.2 * (t - self._seconds)
         self.served += 1
-
-    def _prompt(self, req: Request, budget: int) -> tuple[list[int], bool, str]:
-        """(tokens, truncated, the field the prompt came from)."""
-        target = self.pair.target
-        if req.kind == "chat":
-            use = req.tools
-            tools = [t.as_openai() for t in use.tools] if use is not None and use.choice != "none" else None
-            return target.vocab.tokenize_chat(req.messages, tools), False, "messages"
-        if req.kind == "completion":
-            if req.prompt_ids is not None:
-                return list(req.prompt_ids), False, "prompt"
-            return target.vocab.tokenize(req.prompt, add_special=True, parse_special=False), False, "prompt"
-        fim = fim_prompt(target.vocab, req.input_prefix, req.input_suffix, middle=req.prompt,
-                         extra=req.input_extra, budget=budget)
-        return fim.tokens, fim.truncated, "input_prefix"
 
     @staticmethod
     def _prefill_only(pair: Pair, tokens: list[int]) -> Session:

@@ -22,7 +22,7 @@ bug (a wide margin; or any divergence with --deterministic).
 
 Constrained sets: an item with a `schema` (a JSON schema) or a `grammar`
 (GBNF) is generated under it, by the target alone and every proposer alike
-(an item with a schema and no prompt is asked for a value of it: SCHEMA_ASK);
+(an item with a schema and no prompt is asked for a value of it: prompts.py);
 each set says how many of its constraints compiled, how many answers parse
 and validate, and the constraint's host time a token.
 
@@ -32,7 +32,6 @@ Aggregation is pure (`summarise`), so it is tested on made-up runs.
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Callable, Iterable
 from ...core.stats import Stats
 from ...errors import SpecError
 from ..proposers.registry import NAMES as USER_PROPOSERS
+from .prompts import constraint_of, load_prompts, valid
 from .references import NAMES as REFERENCES
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "data" / "bench.jsonl"
@@ -57,8 +57,6 @@ DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "data" / "bench.jsonl"
 # within NEAR_TIE: a divergence at a wider margin is not rounding.
 DELTA_MAX = 2.0
 NEAR_TIE = 1.0
-# what a schema-only item (JSONSchemaBench's) asks for, as its benchmark does: a value, the schema shown
-SCHEMA_ASK = "Give an example of a JSON value that follows this JSON schema. Answer with the JSON only.\n\n{schema}"
 PROPOSERS = tuple(n for n in USER_PROPOSERS if n != "none") + REFERENCES
 
 
@@ -112,36 +110,6 @@ class Run:
     @property
     def speed_e2e(self) -> float:  # request to last token
         return len(self.tokens) / self.stats.wall_s if self.stats.wall_s > 0 else 0.0
-
-
-def load_prompts(path: Path, n: int | None) -> list[dict]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise SpecError(f"cannot read prompt file {path}: {e.strerror}") from e
-    items = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-            schema, grammar = item.get("schema"), item.get("grammar")
-            prompt = item["prompt"] if "prompt" in item or schema is None else SCHEMA_ASK.format(
-                schema=json.dumps(schema, ensure_ascii=False))
-            kind = item.get("kind", "chat")
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise SpecError(f"{path}:{i}: not a prompt line ({e})",
-                            hint='Each line is a JSON object: {"id": ..., "kind": "completion"|"chat", "prompt": ...} '
-                                 '(with "schema" or "grammar" to constrain it; a schema alone asks for a value).') from e
-        if kind not in ("completion", "chat"):
-            raise SpecError(f"{path}:{i}: kind must be 'completion' or 'chat', not {kind!r}")
-        if grammar is not None and not isinstance(grammar, str):
-            raise SpecError(f"{path}:{i}: 'grammar' must be a GBNF grammar as a string")
-        items.append({"id": str(item.get("id", f"{path.name}:{i}")), "kind": kind, "prompt": prompt,
-                      "schema": schema, "grammar": grammar})
-    if not items:
-        raise SpecError(f"{path} holds no prompts")
-    return items[:n] if n else items
 
 
 def divergence(base: Run, other: Run) -> float | None:
@@ -270,7 +238,7 @@ def run_bench(pair, files: list[Path], variants: list[Variant], *, n_prompts: in
                 on_progress(f"{path.name} {j + 1}/{len(items)} {item['id']}")
             tokens = prompt_tokens(pair.target, item["prompt"], raw=item["kind"] == "completion")
             try:
-                item_base = dataclasses.replace(gen_base, grammar=_constraint(pair, item))
+                item_base = dataclasses.replace(gen_base, grammar=constraint_of(pair, item))
             except SpecError as e:  # a schema the engine cannot compile: counted, not run
                 refused.append({"id": item["id"], "why": e.message})
                 continue
@@ -338,43 +306,9 @@ def _one(pair, tokens, cfg, proposer) -> Run:
         raise KeyboardInterrupt
     run = Run(out.tokens, out.stats, out.margins)
     if cfg.grammar is not None and cfg.grammar.spec.kind in ("json_schema", "json_object"):
-        run.parses, run.validates = _valid(out.text, cfg.grammar.spec)
+        run.parses, run.validates = valid(out.text, cfg.grammar.spec)
         run.cut = out.finish != "stop"
     return run
-
-
-def _constraint(pair, item: dict):
-    """The item's schema or grammar compiled for the target (None: none)."""
-    from ...core.constraint import Spec
-    from ...llama.grammar import compile_for
-
-    if item["schema"] is None and item["grammar"] is None:
-        return None
-    spec = (Spec.json_schema(item["schema"], f"{item['id']} schema") if item["schema"] is not None
-            else Spec("gbnf", item["grammar"], f"{item['id']} grammar"))
-    return compile_for(pair.target.vocab, spec)
-
-
-def _valid(text: str, spec) -> tuple[bool, bool | None]:
-    """(parses as JSON, validates against the spec's schema: None where the
-    jsonschema package is not installed)."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return False, False
-    try:
-        import jsonschema
-    except ImportError:
-        return True, None
-    if spec.kind == "json_object":
-        return True, isinstance(value, dict)
-    try:
-        jsonschema.validate(value, json.loads(spec.text))
-        return True, True
-    except jsonschema.ValidationError:
-        return True, False
-    except jsonschema.SchemaError:
-        return True, None
 
 
 def report(pair, sets: list[dict], *, target: str, deterministic: bool, rules, clock=None, peer=None,
