@@ -207,6 +207,8 @@ class Policy:
         (tokens a constraint forces) drafts as far as it and `limit` go.
         `load`: what shares the batch, and the tokens still to come."""
         self._wide = 0
+        if not candidates:
+            return None, 0
         for cand in candidates:
             if getattr(cand, "sure", False) and min(limit, cand.limit, self.k_max) > 0:
                 return cand, min(limit, cand.limit, self.k_max)

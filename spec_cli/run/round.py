@@ -184,19 +184,21 @@ def verify(target, lanes: Sequence, drafted: Sequence[Drafted], *, reading: Sequ
     each lane's rule, rewind, price, and what its policy learns."""
     timer = target.timer
     t1, d1 = time.perf_counter(), timer.seconds
-    if alone(lanes, reading):
+    one = alone(lanes, reading)
+    if one:
         picks, rows = _verify_alone(target, lanes[0], drafted[0])
+        shape: tuple[int, ...] = (len(drafted[0].draft) + 1,)
     else:
         picks, rows = _verify_batch(target, lanes, drafted, reading)
+        shape = tuple(passes([(seq, len(tokens)) for seq, tokens in reading]
+                             + [(lane.seq, len(d.draft) + 1) for lane, d in zip(lanes, drafted)]))
     t2 = time.perf_counter()
     decoded = timer.seconds - d1
     verify_s, host_verify = t2 - t1, max(t2 - t1 - decoded, 0.0)
-    shape = tuple(passes([(seq, len(tokens)) for seq, tokens in reading]
-                         + [(lane.seq, len(d.draft) + 1) for lane, d in zip(lanes, drafted)]))
     if clock is not None:  # the simulated machine's price of llama.cpp's passes, whoever's rows
         verify_s = sum(clock.verify_s(n) for n in shape) + host_verify
     n_rows = sum(len(d.draft) + 1 for d in drafted)
-    _learn(lanes, drafted, picks, verify_s, shape, n_rows, bool(reading))
+    _learn(lanes, drafted, picks, verify_s, shape, n_rows, one=one, reading=bool(reading))
     rounds = tuple(Round(list(d.draft), n_acc, token, d.prop.source, d.draft_s, verify_s, r,
                          d.host_draft_s + host_verify, d.host_draft_s)
                    for d, r, (n_acc, token) in zip(drafted, rows, picks))
@@ -231,23 +233,22 @@ def _verify_batch(target, lanes, drafted, reading):
     return picks, rows
 
 
-def _learn(lanes, drafted, picks, verify_s: float, shape, n_rows: int, reading: bool) -> None:
+def _learn(lanes, drafted, picks, verify_s: float, shape, n_rows: int, *, one: bool, reading: bool) -> None:
     """The cost model learns c(the batch's rows) once, from a round that was
     one pass with no prompt chunk in it; each policy learns its request's
     acceptance and its share of the seconds: what its own rows alone would
     have cost at the pace the batch showed (the prompts' chunks' passes
     included in the price, not their seconds, which are not its own)."""
-    models = {id(lane.gen.policy.cost): lane.gen.policy.cost for lane in lanes if lane.gen.policy is not None}
-    if not reading and len(shape) == 1:
-        for cost in models.values():
+    if not reading and len(shape) == 1:  # each cost model once (requests on one target share one)
+        for cost in {id(lane.gen.policy.cost): lane.gen.policy.cost
+                     for lane in lanes if lane.gen.policy is not None}.values():
             cost.observe_verify(n_rows, verify_s)
-    one = alone(lanes, ())
     for lane, d, (n_acc, _) in zip(lanes, drafted, picks):
         policy = lane.gen.policy
         if policy is None:
             continue
         share = verify_s
-        if not one or reading:
+        if not one:
             c = policy.cost.c
             share = verify_s * c(len(d.draft) + 1) / max(sum(c(n) for n in shape), 1e-9)
         policy.observe(d.prop.source, drafted=len(d.draft), accepted=n_acc, draft_s=d.steady_s,
