@@ -248,6 +248,26 @@ def test_one_slow_draft_cannot_poison_the_remembered_draft_cost():
     assert c < usual * 1.1
 
 
+def test_a_busy_spell_remembered_does_not_shut_the_draft_model_out():
+    """A draft model's remembered cost per token above its own batch of two
+    (learned in a busy spell: on this machine 0.26 s against 0.06 s for two,
+    after runs beside two busy processes) is a stall, not a cost: the policy
+    starts from the batch of two, so the draft model drafts and is measured
+    again, instead of never drafting (and never being measured) again."""
+    from spec_cli.run.proposers.draft import ModelDrafts, steady_per_token
+
+    assert steady_per_token({1: 0.258, 2: 0.058, 4: 0.064}) == 0.058
+    assert steady_per_token({1: 0.03, 2: 0.05}) == 0.03   # a steady cost stays
+    assert steady_per_token({1: 0.03}) == 0.03
+
+    class Remembered:  # what ModelDrafts reads of a loaded model
+        curve = {1: 0.258, 2: 0.058}
+
+    drafts = ModelDrafts(Remembered())
+    drafts.learn(0.02)  # a quiet draft: from the bounded value, not from the stall
+    assert Remembered.curve[1] == pytest.approx(0.058 + 0.3 * (0.02 - 0.058))
+
+
 def test_message_contents_are_found_in_the_rendered_chat():
     """Where each message's content lies in a rendered chat, from the same
     template rendered with marks: as given, trimmed, or (a reasoning

@@ -39,6 +39,17 @@ def learned_cost(known: float, measured: float) -> float:
     return known + LEARN * (measured - known)
 
 
+def steady_per_token(curve: dict[int, float]) -> float:
+    """A draft model's seconds per draft token from its remembered curve:
+    what its drafts measured (curve[1]), but never more than its own batch
+    of two.  More than that is a stall remembered (a busy spell, a first
+    draft reading the weights from disk), not what a token costs: believed,
+    it would keep the draft model from drafting at all, and so from ever
+    being measured again."""
+    one = curve[1]
+    return min(one, curve.get(2, one))
+
+
 class Drafts(Protocol):
     """What DraftModel drafts from (see the module's docstring)."""
 
@@ -92,14 +103,15 @@ class ModelDrafts:
         pass
 
     def per_token_s(self) -> float:
-        """Seconds per draft token, from the model's load-time probe."""
+        """Seconds per draft token, from the model's remembered curve (steady_per_token)."""
         from ...llama.probe import ensure
-        return ensure(self.model)[1]
+        return steady_per_token(ensure(self.model))
 
     def learn(self, per_token: float) -> None:
-        """What the next run's prior per token will be."""
-        if self.model.curve:
-            self.model.curve[1] = learned_cost(self.model.curve[1], per_token)
+        """What the next run's prior per token will be (steady_per_token bounds it)."""
+        curve = self.model.curve
+        if curve:
+            curve[1] = learned_cost(steady_per_token(curve), per_token)
 
     def catch_up_s(self, tokens: int) -> float:
         """What reading `tokens` new tokens costs (in batches, at the
