@@ -71,8 +71,8 @@ class Model:
         # Qwen3.5, Granite 4.0-H, LFM2): a rewind cannot cut it, see truncate
         self.recurrent = bool(llama_cpp.llama_model_is_recurrent(self.ptr)
                               or llama_cpp.llama_model_is_hybrid(self.ptr))
-        self.replays = 0    # rewinds done by going back to a checkpoint and reading tokens again
-        self.rollbacks = 0  # rewinds of a recurrent state done by llama.cpp's own snapshots
+        # rewinds done by going back to a checkpoint and reading tokens again, and by llama.cpp's own snapshots
+        self.replays = self.rollbacks = 0
         self.n_threads = cores.threads(cfg.n_threads)
         try:
             c = new_context(self.ptr, cfg, self.n_threads, recurrent=self.recurrent, bufts=self.bufts,
@@ -80,8 +80,7 @@ class Model:
         except SpecError:
             self.ptr = None  # new_context freed the weights
             raise
-        self.ctx, self.numerics = c.ctx, c.numerics
-        self.flash_attn_type = c.flash_attn_type  # bench's peer loads with the same
+        self.ctx, self.numerics, self.flash_attn_type = c.ctx, c.numerics, c.flash_attn_type  # (bench's peer: the same)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx) // cfg.n_seq  # each sequence's
         self.n_rs = int(llama_cpp.llama_n_rs_seq(self.ctx)) if self.recurrent else 0
         self.n_batch = llama_cpp.llama_n_batch(self.ctx)  # llama.cpp may lower what was asked
