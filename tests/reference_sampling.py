@@ -44,7 +44,7 @@ def choose(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> int:
 
 def traced(logits: np.ndarray, cfg: SamplingConfig, seed: int, pos: int) -> tuple[int, bool]:
     """(the token, whether a tail block won)."""
-    gumbel, BLOCK, _BLOCK_ID = S.gumbel, S.BLOCK, S._BLOCK_ID
+    gumbel, BLOCK, _BLOCK_ID = S.gumbel, S.BLOCK, S.BLOCK_ID
     if cfg.greedy:
         return int(np.argmax(logits)), False
     q = probs(logits, cfg)[0]

@@ -188,15 +188,17 @@ def test_the_min_p_window_gives_the_general_paths_q_to_the_bit(real_rows, monkey
     the window holds more than k."""
     cfgs = [SamplingConfig(temperature=t, top_k=k, top_p=p, min_p=mp)
             for t in (0.3, 0.8, 1.5) for k in (1, 5, 40) for p in (1.0, 0.95, 0.5) for mp in (0.01, 0.05, 0.3)]
-    window = fast._dist_under_min_p
+    from spec_cli.core import dist as rows_dist
+
+    window = rows_dist._dist_under_min_p
     rows = np.concatenate([real_rows, real_rows * np.float32(0.25)])  # flatter rows: wider windows
     fired = fell_back = 0
     for cfg in cfgs:
         for row in rows:
             got = window(row, cfg)
-            monkeypatch.setattr(fast, "_dist_under_min_p", lambda x, c: None)
+            monkeypatch.setattr(rows_dist, "_dist_under_min_p", lambda x, c: None)
             general = fast.dist(row, cfg)
-            monkeypatch.setattr(fast, "_dist_under_min_p", window)
+            monkeypatch.setattr(rows_dist, "_dist_under_min_p", window)
             if got is None:
                 fell_back += 1
                 continue

@@ -267,7 +267,7 @@ static int cmp_id(const void *a, const void *b) {
  * block one item with its mass and noise, opened only when it wins. */
 
 #define TAIL_BLOCK 2048                     /* sampling.BLOCK */
-static const uint64_t BLOCK_ID = 1ULL << 40;  /* dist.BLOCK_ID */
+static const uint64_t BLOCK_ID = 1ULL << 40;  /* sampling.BLOCK_ID */
 static const double HEAD_NATS[] = {24.0, 16.0, 12.0, 8.0, 4.0, 0.0};
 static const double TOP_P_WINDOWS[] = {4.0, 8.0, 16.0, 32.0};  /* dist._WINDOWS, then every token */
 

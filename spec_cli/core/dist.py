@@ -17,12 +17,6 @@ from .config import SamplingConfig
 # logit windows (in logits) tried, narrowest first, for the candidates of
 # top-k and top-p: the first that holds enough is the only part read further
 _WINDOWS = (4.0, 8.0, 16.0, 32.0, math.inf)
-# the seeded choice scores at most this many tokens one by one (see _pick)
-HEAD_CAP = 2048
-HEAD_NATS = (24.0, 16.0, 12.0, 8.0, 4.0, 0.0)
-BLOCK = 2048                  # tail tokens are grouped by id in blocks this wide
-BLOCK_ID = 1 << 40           # noise key of tail block b: BLOCK_ID + b (never a token id)
-CONFIDENCE_WINDOW = 12.0     # greedy confidence: tokens this far below the top are left out
 
 
 @dataclass(frozen=True)

@@ -42,11 +42,18 @@ from typing import NamedTuple
 import numpy as np
 
 from .config import SamplingConfig
-from .dist import BLOCK, BLOCK_ID, CONFIDENCE_WINDOW, HEAD_CAP, HEAD_NATS, Candidates, Dist, argmax, by_id, dist
+from .dist import Candidates, Dist, argmax, by_id, dist
 from .kernel import COMPILED, MASK, NUMPY, Kernel
 
 __all__ = ["SamplingConfig", "Candidates", "Choice", "Dist", "dist", "probs", "sample", "choose", "choose_rows",
            "gumbel", "margin", "COMPILED", "NUMPY"]
+
+# the seeded choice scores at most this many tokens one by one (see _pick)
+HEAD_CAP = 2048
+HEAD_NATS = (24.0, 16.0, 12.0, 8.0, 4.0, 0.0)
+BLOCK = 2048                  # tail tokens are grouped by id in blocks this wide
+BLOCK_ID = 1 << 40           # noise key of tail block b: BLOCK_ID + b (never a token id)
+CONFIDENCE_WINDOW = 12.0     # greedy confidence: tokens this far below the top are left out
 
 
 def probs(logits: np.ndarray, cfg: SamplingConfig) -> np.ndarray:
