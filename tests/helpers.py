@@ -51,3 +51,18 @@ def choose_from_probs(q: np.ndarray, seed: int, pos: int) -> int:
     top = int(ids[np.argmax(x[ids])])
     z = _z(x, ids, float(x[top]), 1.0)
     return _pick(Dist(x, 1.0, top, float(x[top]), ids, z, math.log(float(np.exp(z).sum()))), seed, pos)[0]
+
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}]}  # the least chat request
+
+
+def api_error(parse, body):
+    """The 400 that `parse` (a serve.api parser) answers `body` with."""
+    import pytest
+
+    from spec_cli.serve.api import ApiError
+
+    with pytest.raises(ApiError) as e:
+        parse(body)
+    assert e.value.status == 400
+    return e.value

@@ -12,16 +12,9 @@ import json
 import pytest
 
 from spec_cli.serve.access import Access, is_loopback, origin_allowed
-from spec_cli.serve.api import ApiError, parse_chat, parse_completion, parse_infill
+from spec_cli.serve.api import parse_chat, parse_completion, parse_infill
+from helpers import CHAT, api_error as _err
 
-CHAT = {"messages": [{"role": "user", "content": "hi"}]}
-
-
-def _err(parse, body) -> ApiError:
-    with pytest.raises(ApiError) as e:
-        parse(body)
-    assert e.value.status == 400
-    return e.value
 
 
 # -- serve/api.py ------------------------------------------------------------

@@ -16,7 +16,8 @@ from spec_cli.run.drafting import legal_draft
 from spec_cli.run.proposers.base import Proposal
 from spec_cli.run.rows import rows_rule
 from spec_cli.serve import fields
-from spec_cli.serve.api import ApiError, parse_chat, parse_completion, parse_infill
+from spec_cli.serve.api import parse_chat, parse_completion, parse_infill
+from helpers import CHAT, api_error as _err
 
 from stat_helpers import chi2_fits, first_two_tokens
 
@@ -139,14 +140,6 @@ def test_the_rule_reads_logprobs_of_the_tokens_it_emits_from_the_raw_rows():
 
 # -- the request fields -----------------------------------------------------------
 
-CHAT = {"messages": [{"role": "user", "content": "hi"}]}
-
-
-def _err(parse, body) -> ApiError:
-    with pytest.raises(ApiError) as e:
-        parse(body)
-    assert e.value.status == 400
-    return e.value
 
 
 def test_logprobs_fields_of_each_endpoint():

@@ -139,7 +139,13 @@ def _one_at_a_time(pair, files, variants, gen, runner, *, n_prompts, as_json: bo
         print(json.dumps(result, indent=1))
     else:
         render.wide_err().print(render.bench_table(result))
-    wrong = problems(sets, deterministic=meta["deterministic"])
+    _parted(problems(sets, deterministic=meta["deterministic"]))
+
+
+def _parted(wrong: list[str]) -> None:
+    """Exit 2, saying so, where output parted from the target alone's beyond rounding."""
+    from ..term import render
+
     if wrong:
         render.error("output parted from the target alone where rounding cannot explain it: "
                      "this is a bug in spec-cli\n" + "\n".join(wrong),
@@ -189,12 +195,7 @@ def _concurrent(pair, files, variants, levels, gen, *, n_prompts, as_json, **met
         print(json.dumps(result, indent=1))
     else:
         render.wide_err().print(render.concurrency_table(result))
-    wrong = problems(rows, deterministic=meta["deterministic"])
-    if wrong:
-        render.error("output parted from the target alone where rounding cannot explain it: "
-                     "this is a bug in spec-cli\n" + "\n".join(wrong),
-                     "Please report it with the command and the prompt file.")
-        raise typer.Exit(2)
+    _parted(problems(rows, deterministic=meta["deterministic"]))
 
 
 def _batch(path: Path, variants, parallel: int, cfg: PairConfig, *, temp, samp, max_tokens, seed, draft_max,

@@ -211,7 +211,7 @@ class Batch:
         (drafting included).  One request alone takes the round's fast
         paths, as `generate` does."""
         t0 = time.perf_counter()
-        followed_s = self._follow(reading, running) if len(running) > 1 or reading else 0.0
+        followed_s = 0.0 if rounds.alone(running, reading) else self._follow(reading, running)
         crowded = len(running) > 1
         v, drafted = rounds.run(self.target, running, schedule.limits(running, reading),
                                 usable=lambda s, cand: _usable(s, cand, crowded),

@@ -10,7 +10,7 @@ into passes that cost more than they yield."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from ..core.batching import ALONE, Load, pooled_s, trim_drafts
@@ -49,6 +49,11 @@ class Drafted:
     unit_s: float | None = None
 
 
+def alone(lanes: Sequence, fixed: Sequence) -> bool:
+    """The round's shape: one request and nothing else in the batch."""
+    return len(lanes) == 1 and not fixed
+
+
 def legal_draft(pick, draft: Sequence[int], prop: Proposal) -> list[int]:
     """`draft` as far as the rule's constraint admits it (all of it where
     there is none): a token it refuses cannot be accepted, so what follows
@@ -75,6 +80,7 @@ def draft(lanes: Sequence, plans: Sequence[Planned], loads: Sequence[Load], *, t
     (`use(seq)` first, where there are several lanes).  `timer`: llama.cpp's
     seconds (both models'), so that the host's part is known."""
     out: list[Drafted | None] = [None] * len(lanes)
+    use = use if len(lanes) > 1 else None  # one lane: its sequence is the one in use
     together = []
     for i, (lane, p) in enumerate(zip(lanes, plans)):
         if p.cand is None or p.k <= 0:
@@ -84,10 +90,10 @@ def draft(lanes: Sequence, plans: Sequence[Planned], loads: Sequence[Load], *, t
         if dm is not None:
             together.append((i, dm))
             continue
-        out[i] = _draft_one(lane, p, loads[i], timer, use if len(lanes) > 1 else None, clock)
+        out[i] = _draft_one(lane, p, loads[i], timer, use, clock)
     if len(together) == 1:  # one draft model's draft: its own fast loop
         i, _ = together[0]
-        out[i] = _draft_one(lanes[i], plans[i], loads[i], timer, use if len(lanes) > 1 else None, clock)
+        out[i] = _draft_one(lanes[i], plans[i], loads[i], timer, use, clock)
     elif together:
         for i, d in zip([i for i, _ in together], _draft_pooled(lanes, plans, loads, together, timer, clock, price)):
             out[i] = d
@@ -121,11 +127,9 @@ def _draft_pooled(lanes, plans, loads, together, timer, clock, price) -> list[Dr
         share = len(prop.tokens) / total
         d = _made(lanes[i].gen, plans[i], prop, plans[i].spent_s + spent * share, decoded * share, None)
         if charged is not None:
-            d = Drafted(d.prop, d.draft, charged * share + d.host_draft_s, charged * share + d.host_draft_s,
-                        d.host_draft_s)
+            d = replace(d, draft_s=charged * share + d.host_draft_s, steady_s=charged * share + d.host_draft_s)
         if units > 0:
-            d = Drafted(d.prop, d.draft, d.draft_s, d.steady_s, d.host_draft_s,
-                        (charged if charged is not None else spent) / units)
+            d = replace(d, unit_s=(charged if charged is not None else spent) / units)
         out.append(d)
     return out
 
@@ -147,11 +151,10 @@ def trim_made(lanes: Sequence, drafted: list[Drafted], fixed: Sequence[tuple[int
     unsure, so drafts planned to one length come back uneven and would
     split the batch into passes again; their drafting is spent, their rows
     are not.  Only where every request's policy planned (a fixed length stays)."""
-    if price is None or (len(lanes) == 1 and not fixed) or not any(d.draft for d in drafted) \
+    if price is None or alone(lanes, fixed) or not any(d.draft for d in drafted) \
             or not all(lane.gen.policy for lane in lanes):
         return drafted
     made = [(lane.seq, len(d.draft), tuple(lane.gen.policy.chances(d.prop.source)[:len(d.draft)]), 0.0, False)
             for lane, d in zip(lanes, drafted)]
     ks = trim_drafts(fixed, made, price)
-    return [d if k == len(d.draft) else Drafted(d.prop, d.draft[:k], d.draft_s, d.steady_s, d.host_draft_s,
-                                                 d.unit_s) for d, k in zip(drafted, ks)]
+    return [d if k == len(d.draft) else replace(d, draft=d.draft[:k]) for d, k in zip(drafted, ks)]

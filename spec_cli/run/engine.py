@@ -191,16 +191,14 @@ class Generation:
         and what came before must fit the context and the tokens asked for."""
         return max(0, min(self.draft_max, self.remaining - 1, self.target.n_ctx - len(self.context) - 1))
 
-    def settle(self, r: Round, rows=None) -> Step:
-        """What round `r` added (`rows`: the target's rows of it, where the
-        round's own `logits` are not them)."""
+    def settle(self, r: Round) -> Step:
+        """What round `r` added."""
         cfg, decoding, out = self.cfg, self.decoding, self.out
         margins, aside_s = (), 0.0
         if cfg.margins:
             t_aside = time.perf_counter()
             masked = getattr(self.pick, "rows", None)  # under a constraint, the rows as the rule read them
-            rows = masked if masked is not None else rows if rows is not None else \
-                r.logits if r.logits is not None else self.target.last_rows(1)
+            rows = masked if masked is not None else r.logits if r.logits is not None else self.target.last_rows(1)
             margins = tuple(margin(rows[i], decoding.sampling, decoding.seed, out.produced + i)
                             for i in range(r.accepted + 1))
             aside_s = time.perf_counter() - t_aside

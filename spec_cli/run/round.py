@@ -40,7 +40,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..core.batching import Load, expected_tokens, passes, trim_drafts
-from .drafting import Drafted, Planned, draft, trim_made
+from .drafting import Drafted, Planned, alone, draft, trim_made
 
 
 @dataclass
@@ -94,11 +94,6 @@ class Verified:
     decoded_s: float
     rows: int
     shape: tuple[int, ...]
-
-
-def alone(lanes: Sequence, fixed: Sequence) -> bool:
-    """The round's shape: one request and nothing else in the batch."""
-    return len(lanes) == 1 and not fixed
 
 
 # -- 1. offer ------------------------------------------------------------------
