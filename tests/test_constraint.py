@@ -78,7 +78,8 @@ def test_a_spec_is_checked_before_anything_compiles(make, says):
 
 @pytest.mark.parametrize("spec, says", [
     (Spec.json_schema({"type": "string", "minLength": 5, "maxLength": 2}, "response_format"), "minLength"),
-    (Spec.json_schema({"type": "object", "dependencies": {"a": ["b"]}}, "response_format"), "dependencies"),
+    (Spec.json_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "response_format"),
+     "uniqueItems"),
     (Spec.json_schema({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "response_format"), "oneOf"),
     (Spec("gbnf", "root ::= foo", "grammar"), "foo"),
 ])

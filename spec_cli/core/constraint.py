@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import SpecError
+from .schema import lower
 
 KINDS = ("json_schema", "json_object", "gbnf", "lark", "regex")
 # what a request may ask for, checked before compiling (llguidance's own
@@ -129,22 +130,24 @@ def _check_schema(text: str, where: str) -> None:
 JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
-def _grammar_text(spec: Spec) -> str:
-    """The spec as llguidance's grammar (a JSON document of grammars)."""
+def _grammar_text(spec: Spec) -> tuple[str, list[str]]:
+    """The spec as llguidance's grammar (a JSON document of grammars), and
+    what of a schema was read as an annotation (core/schema.py)."""
     import llguidance
 
     if spec.kind == "json_object":
-        return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=JSON_LAYOUT)
+        return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=JSON_LAYOUT), []
     if spec.kind == "json_schema":
+        schema, notes = lower(json.loads(spec.text))
         try:
             layout = JSON_LAYOUT if spec.strict else {**JSON_LAYOUT, "lenient": True, "coerce_one_of": True}
-            return llguidance.LLMatcher.grammar_from_json_schema(spec.text, overrides=layout)
+            return llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=layout), notes
         except ValueError as e:
             raise ConstraintError(spec.where, f"{e}") from None
     if spec.kind == "regex":
-        return llguidance.LLMatcher.grammar_from_regex(spec.text)
+        return llguidance.LLMatcher.grammar_from_regex(spec.text), []
     try:  # GBNF (llama.cpp's) or Lark: llguidance reads Lark and converts GBNF
-        return llguidance.grammar_from("lark" if spec.kind == "lark" else "gbnf", spec.text)
+        return llguidance.grammar_from("lark" if spec.kind == "lark" else "gbnf", spec.text), []
     except Exception as e:  # its converter raises whatever its parser met
         raise ConstraintError(spec.where, f"the {spec.kind} grammar does not parse: {str(e)[:300]}") from None
 
@@ -180,14 +183,14 @@ def compile_spec(spec: Spec, tokenizer, n_vocab: int) -> Grammar:
     import llguidance
 
     t0 = time.perf_counter()
-    grammar = _grammar_text(spec)
+    grammar, notes = _grammar_text(spec)
     m = llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=limits())
     if m.is_error():
         raise ConstraintError(spec.where, f"{_reason(m.get_error())}",
                               hint="Simplify it, or leave out the feature named.")
     if not any(m.compute_bitmask()):
         raise ConstraintError(spec.where, "nothing satisfies it (no token can start a match)")
-    return Grammar(spec, m, n_vocab, time.perf_counter() - t0, tuple(m.get_grammar_warnings()))
+    return Grammar(spec, m, n_vocab, time.perf_counter() - t0, (*notes, *m.get_grammar_warnings()))
 
 
 def _reason(error: str) -> str:
