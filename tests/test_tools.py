@@ -82,6 +82,18 @@ def test_a_strict_tool_refuses_what_the_engine_cannot_enforce_and_a_lenient_one_
         compile_spec(Spec("lark", text, "tools"), tokenizer, len(TOY.tokens))
 
 
+def test_a_strict_tool_s_oneof_is_rewritten_and_enforced_as_exactly_one(tokenizer):
+    """A tool's arguments go through core/schema.py's rewrites too: a strict
+    `oneOf` of key groups compiles, and a call with both groups is refused."""
+    params = {"type": "object", "properties": {"r": {"type": "integer"}, "w": {"type": "integer"}},
+              "oneOf": [{"required": ["r"]}, {"required": ["w"]}]}
+    use = ToolUse((Tool("area", "", params, strict=True),), "required")
+    c = matcher(tokenizer, use)
+    one, both = ([CALL] + TOY('\n{"name": "area", "arguments": ' + args + '}\n') + [END]
+                 for args in ('{"w": 3}', '{"r": 2, "w": 3}'))
+    assert c.legal(one) == len(one) and c.legal(both) < len(both)
+
+
 @pytest.mark.parametrize("family", ["llama3", "mistral"])
 def test_the_other_families_grammars_compile_and_constrain(tokenizer, family):
     c = matcher(tokenizer, ToolUse((WEATHER,), "required"), family)

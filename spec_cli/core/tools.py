@@ -25,6 +25,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from .schema import lower
+
 FAMILIES = ("hermes", "llama3", "mistral")
 NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 MAX_TOOLS = 128
@@ -101,6 +103,9 @@ def call_schema(tool: Tool, family: str) -> dict:
 
 
 def _json(schema: dict, strict: bool) -> str:
+    """A schema as inline JSON in the Lark grammar, rewritten first as
+    core/schema.py rewrites a request's (a tool's `oneOf`, `not`, ...)."""
+    schema = lower(schema)[0]
     return "%json " + json.dumps({**schema, "x-guidance": LAYOUT if strict else {**LAYOUT, **LENIENT}})
 
 
