@@ -298,6 +298,8 @@ def test_what_cannot_be_written_exactly_is_left_for_the_engine_to_refuse(tokeniz
             compile_spec(Spec.json_schema(schema, "response_format"), tokenizer, 257)
     pointed = {"$defs": {"x": {"oneOf": [{"type": "string"}, {}]}}, "$ref": "#/$defs/x/oneOf/0"}
     assert lower(pointed) == (pointed, [])  # a $ref into a oneOf: its path must stay
+    mixed, _ = lower({"dependentRequired": {"a": ["b"]}, "dependencies": {"c": 5}})
+    assert mixed["dependencies"] == {"c": 5} and "dependentRequired" not in mixed  # each keyword on its own
     assert negate({"type": "integer"}) is None and negate({}) is False and negate(False) is True
 
 

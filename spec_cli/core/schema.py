@@ -127,15 +127,18 @@ def _dependencies(s: dict, notes: list[str], where: str) -> list:
         deps = s.get(key)
         if not isinstance(deps, dict):
             continue
+        made = []
         for name, then in deps.items():
             if isinstance(then, list) and all(isinstance(x, str) for x in then):
                 present = {"required": [name, *then]}
             elif isinstance(then, (dict, bool)):
                 present = {"allOf": [{"required": [name]}, _lower(then, notes, f"{where}/{key}/{name}")]}
             else:
-                return []  # malformed: left for the compiler to name
-            out.append({"anyOf": [{"properties": {name: False}}, present]})
-        del s[key]
+                break  # malformed: the keyword is left for the compiler to name
+            made.append({"anyOf": [{"properties": {name: False}}, present]})
+        else:
+            out.extend(made)
+            del s[key]
     return out
 
 
