@@ -131,7 +131,12 @@ def _ways(m, value):
                         else _items(m, value, True))
             m.rollback(n)
         return
-    n = _feed(m, json.dumps(value, ensure_ascii=False))
+    yield from _text(m, json.dumps(value, ensure_ascii=False))
+
+
+def _text(m, text: str):
+    """The matcher takes `text` (one way, or none)."""
+    n = _feed(m, text)
     if n is not None:
         yield
         m.rollback(n)
@@ -139,10 +144,7 @@ def _ways(m, value):
 
 def _members(m, items, first: bool):
     if not items:
-        n = _feed(m, "}")
-        if n is not None:
-            yield
-            m.rollback(n)
+        yield from _text(m, "}")
     for i, (k, v) in enumerate(items):
         n = _feed(m, ("" if first else ", ") + json.dumps(k, ensure_ascii=False) + ": ")
         if n is None:
@@ -154,12 +156,9 @@ def _members(m, items, first: bool):
 
 def _items(m, values, first: bool):
     if not values:
-        n = _feed(m, "]")
-        if n is not None:
-            yield
-            m.rollback(n)
+        yield from _text(m, "]")
         return
-    n = _feed(m, "" if first else ", ") if not first else 0
+    n = 0 if first else _feed(m, ", ")
     if n is None:
         return
     for _ in _ways(m, values[0]):
@@ -184,8 +183,8 @@ def _mentioned(schema, names: dict, values: list) -> None:
             continue
         for k, v in s.items():
             if k == "required" and isinstance(v, list):
-                for x in v:
-                    names.setdefault(x, []) if isinstance(x, str) else None
+                for x in (x for x in v if isinstance(x, str)):
+                    names.setdefault(x, [])
             elif k in ("properties", "dependencies", "dependentRequired", "dependentSchemas") and isinstance(v, dict):
                 for name, sub in v.items():
                     names.setdefault(name, []).extend(_suggested(sub))
@@ -301,6 +300,23 @@ def test_what_cannot_be_written_exactly_is_left_for_the_engine_to_refuse(tokeniz
     mixed, _ = lower({"dependentRequired": {"a": ["b"]}, "dependencies": {"c": 5}})
     assert mixed["dependencies"] == {"c": 5} and "dependentRequired" not in mixed  # each keyword on its own
     assert negate({"type": "integer"}) is None and negate({}) is False and negate(False) is True
+
+
+@pytest.mark.parametrize("schema", [
+    {"not": {"type": [{}]}}, {"oneOf": [{"type": [{}]}, {"type": "string"}]},
+    {"type": "object", "oneOf": [{"required": [{}]}, {"properties": {"a": False}}]},
+    {"oneOf": [{"enum": [[1]]}, {"const": {"a": 1}}]}, {"dependencies": {"a": 5}},
+    {"not": {"enum": ["a" * 100_000]}}, {"not": {"enum": [f"w{i}" * 20 for i in range(5000)]}},
+    {"oneOf": [{"required": [f"k{i}"]} for i in range(300)]},
+])
+def test_a_malformed_or_hostile_schema_is_compiled_or_refused_never_a_crash(tokenizer, schema):
+    """Malformed keywords are left for the compiler to name; a long excluded
+    string, a large excluded set or a oneOf of hundreds of branches is left
+    as it was (over MAX_WORD, MAX_LOWERED) or compiled within the limits."""
+    try:
+        compile_spec(Spec.json_schema(schema, "response_format"), tokenizer, 257)
+    except ConstraintError as e:
+        assert e.where == "response_format"
 
 
 def test_an_unsatisfiable_oneof_is_refused_as_such(tokenizer):

@@ -30,6 +30,7 @@ import copy
 import json
 
 MAX_LOWERED = 1 << 20  # bytes of a rewritten schema (a oneOf's negations grow as its branches squared)
+MAX_WORD = 256  # characters of a string a `not` excludes (its pattern nests one group a character)
 TYPES = ("null", "boolean", "object", "array", "string", "number")
 # the formats some JSON Schema draft defines (2020-12's, and draft 3's)
 FORMATS = frozenset((
@@ -211,7 +212,7 @@ def negate(s):
 
 
 def _negate_type(t) -> list | None:
-    named = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
+    named = _type_names(t)
     if named is None or not named <= set(TYPES) | {"integer"}:
         return None
     if "integer" in named and "number" not in named:
@@ -256,7 +257,8 @@ def _negate_any(items) -> list | None:
 def _negate_values(values) -> list | None:
     """`not {enum: [...]}` of strings: any other type, or a string outside
     the set (a pattern of the strings that are none of them)."""
-    if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+    if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values) \
+            or max(map(len, values)) > MAX_WORD:
         return None
     return [{"type": [x for x in TYPES if x != "string"]}, {"type": "string", "pattern": _none_of(values)}]
 
@@ -305,14 +307,29 @@ def types_of(s) -> set[str]:
     if not isinstance(s, dict):
         return set(TYPES)
     out = set(TYPES)
-    t = s.get("type")
-    if isinstance(t, str) or isinstance(t, list):
-        named = {t} if isinstance(t, str) else set(t)
+    named = _type_names(s.get("type"))
+    if named is not None:
         out &= {"number" if x == "integer" else x for x in named}
-    values = [s["const"]] if "const" in s else s.get("enum")
-    if isinstance(values, list):
+    values = _listed(s)
+    if values is not None:
         out &= {_kind(v) for v in values}
     return out
+
+
+def _type_names(t) -> set[str] | None:
+    """A `type`'s names, or None where it names none (absent, or malformed:
+    left for the compiler to name)."""
+    if isinstance(t, str):
+        return {t}
+    if isinstance(t, list) and all(isinstance(x, str) for x in t):
+        return set(t)
+    return None
+
+
+def _listed(s: dict) -> list | None:
+    """The values a `const` or `enum` allows, or None where it has neither."""
+    values = [s["const"]] if "const" in s else s.get("enum")
+    return values if isinstance(values, list) else None
 
 
 def _kind(v) -> str:
@@ -339,7 +356,7 @@ def disjoint(a, b, context: set[str] = set(TYPES)) -> bool:
 def _apart(a: dict, b: dict) -> bool:
     """Objects: a key `a` requires that `b` refuses, or whose values the two
     allow from sets with nothing in common."""
-    required = a.get("required") if isinstance(a.get("required"), list) else []
+    required = [n for n in a["required"] if isinstance(n, str)] if isinstance(a.get("required"), list) else []
     props_a = a.get("properties") if isinstance(a.get("properties"), dict) else {}
     props_b = b.get("properties") if isinstance(b.get("properties"), dict) else {}
     closed = b.get("additionalProperties") is False and not b.get("patternProperties")
@@ -353,10 +370,8 @@ def _apart(a: dict, b: dict) -> bool:
 
 
 def _values(s) -> set[str] | None:
-    if not isinstance(s, dict):
-        return None
-    values = [s["const"]] if "const" in s else s.get("enum")
-    if not isinstance(values, list):
+    values = _listed(s) if isinstance(s, dict) else None
+    if values is None:
         return None
     return {json.dumps(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v,
                        sort_keys=True) for v in values}
