@@ -1,7 +1,8 @@
 """What a decode reads and writes besides the KV cache: the `llama_batch`
-filled through numpy views (`BatchViews`), and the top-k samplers llama.cpp
-runs inside its graph so that a row comes as its candidates only
-(`Samplers`, read back as sampling.Candidates)."""
+filled through numpy views (`BatchViews`), the logits it leaves read as
+numpy views (`LogitViews`), and the top-k samplers llama.cpp runs inside
+its graph so that a row comes as its candidates only (`Samplers`, read
+back as sampling.Candidates)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ import numpy as np
 from ..core.sampling import Candidates
 from ..errors import SpecError
 from .config import CANDIDATE_SPARE
-from .lib import llama_cpp
+from .lib import function_address, llama_cpp
+
+try:  # llama_decode and the kernel's choice in one call (_decodepick.c); absent without a C compiler
+    from . import _decodepick
+except ImportError:  # pragma: no cover - a build without the kernel
+    _decodepick = None
 
 
 class BatchViews:
@@ -63,6 +69,48 @@ class BatchViews:
             i += m
         self.batch.n_tokens = i
         self.seq = None  # the slots name several sequences now
+
+
+class DecodePick:
+    """One token decoded and the next chosen from its whole row in one call
+    to the compiled kernel (_decodepick.c): right after a decode each
+    Python step costs the host several us (its caches hold the weights)."""
+
+    available = _decodepick is not None
+
+    def __init__(self, ctx, batch, n_vocab: int):
+        self._entry = (function_address("llama_decode"), function_address("llama_get_logits"),
+                       ctypes.cast(ctx, ctypes.c_void_p).value, ctypes.addressof(batch), n_vocab)
+
+    def __call__(self, token: int, pos0: int, cfg, seed: int, pos: int, head_cap: int,
+                 confidence: bool) -> tuple[int, float, int, float]:
+        """(llama_decode's code, seconds it took, the chosen token or -1
+        where numpy must decide or -2 out of memory, its confidence)."""
+        return _decodepick.decode_choose(*self._entry, token, pos0, cfg.temperature, cfg.top_k, cfg.top_p,
+                                         cfg.min_p, seed, pos, head_cap, confidence)
+
+
+class LogitViews:
+    """llama.cpp's logits buffer as n_rows rows of n_vocab, a view made
+    once per address and shape: right after a decode, making one costs the
+    host far more than looking it up (its caches hold the weights)."""
+
+    def __init__(self, ctx, n_vocab: int):
+        self._ctx, self._n_vocab = ctx, n_vocab
+        self._views: dict[tuple[int, int], np.ndarray] = {}
+
+    def rows(self, n_rows: int, ptr=None) -> np.ndarray:
+        """The last decode's n_rows rows (`ptr`: llama_get_logits's answer,
+        where the caller has it already)."""
+        ptr = llama_cpp.llama_get_logits(self._ctx) if ptr is None else ptr
+        key = (ctypes.cast(ptr, ctypes.c_void_p).value, n_rows)
+        rows = self._views.get(key)
+        if rows is None:
+            if len(self._views) >= 64:  # the buffer moved (llama.cpp grew it): forget the old views
+                self._views.clear()
+            rows = np.ctypeslib.as_array(ptr, shape=(n_rows * self._n_vocab,)).reshape(n_rows, self._n_vocab)
+            self._views[key] = rows
+        return rows
 
 
 class Samplers:

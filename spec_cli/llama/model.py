@@ -16,7 +16,6 @@ MTP block of a target that drafts for itself (mtp.py); what it is, for
 
 from __future__ import annotations
 
-import ctypes
 import time
 from pathlib import Path
 from typing import Sequence
@@ -29,28 +28,16 @@ from ..core.sampling import Candidates
 from ..core.tokens import common_prefix
 from ..errors import SpecError
 from . import cores, facts
-from .batch import BatchViews, Samplers
+from .batch import BatchViews, DecodePick, LogitViews, Samplers
 from .config import CANDIDATE_ROWS, LoadConfig
 from .files import check_gguf
-from .lib import DecodeTimer, function_address, llama_cpp
+from .lib import DecodeTimer, llama_cpp
 from .mtp import HiddenTape, MTPHead
-from .recurrent import Checkpoints
+from .kvcache import ContextFull, KVCache
 from .vocab import Vocab
-from .weights import load_weights, new_context
-
-try:  # llama_decode and the kernel's choice in one call (_decodepick.c); absent without a C compiler
-    from . import _decodepick
-except ImportError:  # pragma: no cover - a build without the kernel
-    _decodepick = None
+from .weights import load_weights, new_context, output_on_gpu
 
 __all__ = ["Model", "LoadConfig", "ContextFull", "check_gguf", "common_prefix"]
-
-class ContextFull(SpecError):
-    def __init__(self, need: int, n_ctx: int):
-        super().__init__(f"the context is full ({need} tokens needed, {n_ctx} available)",
-                         hint="Use a larger --ctx, or a shorter prompt.")
-        self.need, self.n_ctx = need, n_ctx
-
 
 class Model:
     """A loaded GGUF with its context, batch and KV-cache bookkeeping.
@@ -81,16 +68,14 @@ class Model:
             self.ptr = None  # new_context freed the weights
             raise
         self.ctx, self.numerics, self.flash_attn_type = c.ctx, c.numerics, c.flash_attn_type  # (bench's peer: the same)
-        self.n_ctx = llama_cpp.llama_n_ctx(self.ctx) // cfg.n_seq  # each sequence's
+        self.kv = KVCache(self.ctx, cfg.n_seq)
+        self.n_ctx = self.kv.n_ctx  # each sequence's
         self.n_rs = int(llama_cpp.llama_n_rs_seq(self.ctx)) if self.recurrent else 0
         self.n_batch = llama_cpp.llama_n_batch(self.ctx)  # llama.cpp may lower what was asked
-        self._mem = llama_cpp.llama_get_memory(self.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._fill = BatchViews(self._batch, self.n_batch)
-        self._ckpt = Checkpoints(self.ctx)
-        self._rows: dict[tuple[int, int], np.ndarray] = {}  # (address, rows) -> a view of llama.cpp's logits
-        self._entry: tuple | None = None  # what decode_choose hands the kernel: llama.cpp's functions, ctx, batch
-        self._unsure: set[int] = set()  # sequences whose caches may hold more than their tokens
+        self._views = LogitViews(self.ctx, self.n_vocab)
+        self._pick: DecodePick | None = None  # decode_choose's one call, made at its first use
         self.mtp_layers = int(llama_cpp.llama_model_n_layer_nextn(self.ptr))
         self.n_embd = int(llama_cpp.llama_model_n_embd(self.ptr))
         # the hidden state at each position of each sequence, for MTPHead
@@ -101,18 +86,10 @@ class Model:
         # llama.cpp's top-k sampler inside its graph, instead of the whole
         # row; None: whole rows always
         self.candidates_k: int | None = None
-        # ...where the output layer runs on a GPU: there the graph's top-k is
-        # cheap and saves copying whole rows.  On a CPU it costs more than
-        # reading the rows (ggml sorts each row; docs/results.md, "Rows as
-        # candidates"), so rows stay whole there unless this is set (the
-        # tests do, to check the path)
-        n_layer = int(llama_cpp.llama_model_n_layer(self.ptr))
-        self.device_top_k = bool(llama_cpp.llama_supports_gpu_offload()) and (
-            cfg.gpu_layers < 0 or cfg.gpu_layers > n_layer)
+        self.device_top_k = output_on_gpu(self.ptr, cfg)  # ...where that is cheap (the tests set it on a CPU too)
         self._samplers = Samplers(self.ctx, cfg.n_seq)
-        self._seqs: list[list[int]] = [[] for _ in range(cfg.n_seq)]
         self.seq = 0
-        self.tokens: list[int] = self._seqs[0]  # what the sequence's KV cache holds, position by position
+        self.tokens: list[int] = self.kv.seqs[0]  # what the sequence's KV cache holds, position by position
         # set by probe.py: seconds per batch of n tokens (the cost model's
         # prior) and, when deterministic, the largest bitwise-exact batch
         self.curve: dict[int, float] | None = None
@@ -128,7 +105,7 @@ class Model:
             self._samplers.attach(None)
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self.ctx)
-            self.ctx = self._entry = None
+            self.ctx = self._pick = None
         if getattr(self, "ptr", None):
             llama_cpp.llama_model_free(self.ptr)
             self.ptr = None
@@ -159,17 +136,17 @@ class Model:
     # -- sequences -------------------------------------------------------------
     @property
     def n_seq(self) -> int:
-        return len(self._seqs)
+        return len(self.kv.seqs)
 
     def held(self, seq: int) -> list[int]:
         """What sequence `seq`'s KV cache holds, position by position (a copy)."""
-        return list(self._seqs[seq])
+        return list(self.kv.seqs[seq])
 
     def use(self, seq: int) -> None:
         """Decode, rewind and reset sequence `seq` from now on; each keeps its
         own KV cache and `tokens`."""
         self.seq = seq
-        self.tokens = self._seqs[seq]
+        self.tokens = self.kv.seqs[seq]
 
     # -- decoding ----------------------------------------------------------
     def decode(self, tokens: Sequence[int], *, logits_from: int | None = None,
@@ -188,8 +165,7 @@ class Model:
         n = len(tokens)
         if n == 0:
             raise ValueError("decode needs at least one token")
-        if len(self.tokens) + n > self.n_ctx:
-            raise ContextFull(len(self.tokens) + n, self.n_ctx)
+        self.kv.room(self.seq, n)
         out = None
         for start in range(0, n, self.n_batch):
             chunk = tokens[start:start + self.n_batch]
@@ -209,21 +185,20 @@ class Model:
                  else None)
             if k != self._samplers.k:
                 self._attach(k)
-        pos0 = self._settled()
+        pos0 = self.kv.settled(self.seq)
         m = len(chunk)
         if self.recurrent and m - 1 > self.n_rs:  # llama.cpp's own snapshots cannot undo this batch
-            self._ckpt.save(self.seq, pos0)
+            self.kv.ckpt.save(self.seq, pos0)
         self._fill.set(chunk, pos0, self.seq, first)
         t0 = time.perf_counter()
-        self._unsure.add(self.seq)  # until its tokens are counted in self.tokens
+        self.kv.begin([self.seq])  # until its tokens are counted in self.tokens
         rc = llama_cpp.llama_decode(self.ctx, self._batch)
         if first is not None:
             ptr = llama_cpp.llama_get_logits(self.ctx)  # waits for the device's work to end
         self.timer.seconds += time.perf_counter() - t0
         if rc != 0:
             raise self._failed(rc)
-        self.tokens.extend(chunk)
-        self._unsure.discard(self.seq)
+        self.kv.done(self.seq, chunk)
         if self._tape is not None:
             self._tape.keep(self.seq, pos0, m)
         if first is None:
@@ -231,7 +206,7 @@ class Model:
         n_rows = m - first
         if self._samplers.k is not None:
             return [self._samplers.candidates(first + i, copy, self.path.name) for i in range(n_rows)]
-        rows = self._logits(ptr, n_rows)
+        rows = self._views.rows(n_rows, ptr)
         return rows.copy() if copy else rows
 
     def decode_batch(self, parts: Sequence[tuple[int, Sequence[int]] | tuple[int, Sequence[int], bool]]
@@ -251,8 +226,7 @@ class Model:
             self._attach(None)  # whole rows: candidates are per sequence
         placed = []
         for seq, tokens, _ in parts:
-            if len(self._seqs[seq]) + len(tokens) > self.n_ctx:
-                raise ContextFull(len(self._seqs[seq]) + len(tokens), self.n_ctx)
+            self.kv.room(seq, len(tokens))
         # in the order of their sequences: with a KV cache per sequence, llama.cpp
         # puts into one graph only sequences that follow each other (seq, seq + 1,
         # ... in the batch's order; llama_batch_allocr::split_equal), so four rows
@@ -261,25 +235,24 @@ class Model:
         order = sorted(range(len(parts)), key=lambda i: parts[i][0])
         for i in order:
             seq, tokens, rows = parts[i]
-            pos0 = self._settled(seq)
+            pos0 = self.kv.settled(seq)
             if self.recurrent and len(tokens) - 1 > self.n_rs:  # as _decode_chunk
-                self._ckpt.save(seq, pos0)
+                self.kv.ckpt.save(seq, pos0)
             placed.append((seq, tokens, pos0, rows))
         self._fill.set_many(placed)
         n_rows = sum(len(tokens) for _, tokens, _, rows in placed if rows)
         t0 = time.perf_counter()
-        self._unsure.update(seq for seq, _, _ in parts)
+        self.kv.begin(seq for seq, _, _ in parts)
         rc = llama_cpp.llama_decode(self.ctx, self._batch)
         ptr = llama_cpp.llama_get_logits(self.ctx) if rc == 0 and n_rows else None
         self.timer.seconds += time.perf_counter() - t0
         if rc != 0:
             raise self._failed(rc)
-        all_rows = self._logits(ptr, n_rows) if n_rows else None
+        all_rows = self._views.rows(n_rows, ptr) if n_rows else None
         out: list[np.ndarray | None] = [None] * len(parts)
         first, b = 0, 0  # b: the batch's row, first: the logits' row
         for i, (seq, tokens, pos0, rows) in zip(order, placed):
-            self._seqs[seq].extend(tokens)
-            self._unsure.discard(seq)
+            self.kv.done(seq, tokens)
             if self._tape is not None:  # every row's hidden state is kept (HiddenTape)
                 self._tape.keep(seq, pos0, len(tokens), b)
             b += len(tokens)
@@ -293,48 +266,32 @@ class Model:
         """Append `token` and choose the next one from its row: `decode([token],
         logits_from=0)`, then `sampling.choose` at output position `pos`.
         Where the compiled kernel is there and the row comes whole, both
-        happen in one call to it (_decodepick.c): right after a decode each
-        Python step costs the host several us (its caches hold the weights),
-        ~0.1 ms a drafted token between llama.cpp's logits and the choice."""
-        if (_decodepick is None or not kernel.available or self._tape is not None
+        happen in one call to it (batch.DecodePick)."""
+        if (not DecodePick.available or not kernel.available or self._tape is not None
                 or (self.candidates_k is not None and self.device_top_k)):
             row = self.decode([token], logits_from=0, copy=False, candidates=True)[0]
             return sampling.choose(row, cfg, seed, pos, confidence=confidence, kernel=kernel)
-        if len(self.tokens) + 1 > self.n_ctx:
-            raise ContextFull(len(self.tokens) + 1, self.n_ctx)
+        self.kv.room(self.seq, 1)
         if self._samplers.k is not None:
             self._attach(None)
-        pos0 = self._settled()
+        pos0 = self.kv.settled(self.seq)
         if self._fill.seq != self.seq:
             self._fill.set([token], pos0, self.seq, 0)  # the batch's slots name this sequence
-        if self._entry is None:
-            self._entry = (function_address("llama_decode"), function_address("llama_get_logits"),
-                           ctypes.cast(self.ctx, ctypes.c_void_p).value, ctypes.addressof(self._batch), self.n_vocab)
-        self._unsure.add(self.seq)
-        rc, spent, chosen, conf = _decodepick.decode_choose(
-            *self._entry, token, pos0, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p, seed & sampling.MASK,
-            pos, sampling.HEAD_CAP, confidence)
+        if self._pick is None:
+            self._pick = DecodePick(self.ctx, self._batch, self.n_vocab)
+        self.kv.begin([self.seq])
+        rc, spent, chosen, conf = self._pick(token, pos0, cfg, seed & sampling.MASK, pos, sampling.HEAD_CAP,
+                                             confidence)
         self.timer.seconds += spent
         if rc != 0:
             raise self._failed(rc)
-        self.tokens.append(token)
-        self._unsure.discard(self.seq)
+        self.kv.done(self.seq, [token])
         if chosen == -2:
             raise MemoryError("no memory for a token's candidates")
         if chosen >= 0:
             return chosen, conf if confidence else 1.0
         row = self.last_rows(1)[0]  # numpy's to decide (a NaN, a wide q)
         return sampling.choose(row, cfg, seed, pos, confidence=confidence, kernel=kernel)
-
-    def _settled(self, seq: int | None = None) -> int:
-        """Sequence `seq`'s next position (the one in use by default), its
-        cache made to hold exactly its tokens first: anything a decode cut
-        short by Ctrl-C may have left behind goes."""
-        seq = self.seq if seq is None else seq
-        pos0 = len(self._seqs[seq])
-        if seq in self._unsure:
-            llama_cpp.llama_memory_seq_rm(self._mem, seq, pos0, -1)
-        return pos0
 
     def _failed(self, rc: int) -> SpecError:
         return SpecError(f"llama_decode failed with code {rc} for {self.path.name}",
@@ -344,20 +301,7 @@ class Model:
         """The logits rows the last decode asked for, whole rows (not
         candidates), as a view of llama.cpp's buffer: valid until the next
         decode."""
-        return self._logits(llama_cpp.llama_get_logits(self.ctx), n_rows)
-
-    def _logits(self, ptr, n_rows: int) -> np.ndarray:
-        """llama.cpp's logits buffer as n_rows rows, a view made once per
-        address and shape: right after a decode, making one costs the host
-        ~0.1 ms (its caches hold the weights), looking it up a few us."""
-        key = (ctypes.cast(ptr, ctypes.c_void_p).value, n_rows)
-        rows = self._rows.get(key)
-        if rows is None:
-            if len(self._rows) >= 64:  # the buffer moved (llama.cpp grew it): forget the old views
-                self._rows.clear()
-            rows = np.ctypeslib.as_array(ptr, shape=(n_rows * self.n_vocab,)).reshape(n_rows, self.n_vocab)
-            self._rows[key] = rows
-        return rows
+        return self._views.rows(n_rows)
 
     def _attach(self, k: int | None) -> None:
         """Top-k samplers in llama.cpp's graph (None: whole rows).  Where the
@@ -395,22 +339,14 @@ class Model:
         again."""
         if n >= len(self.tokens):
             return
-        at = self._ckpt.usable(self.seq, n)
-        if llama_cpp.llama_memory_seq_rm(self._mem, self.seq, n, -1):
-            del self.tokens[n:]
+        at = self.kv.ckpt.usable(self.seq, n)
+        if self.kv.cut(self.seq, n):
             self.rollbacks += self.recurrent
             return
         if not self.recurrent:
             raise SpecError(f"llama.cpp could not rewind {self.path.name} to position {n}")
         self.replays += 1
-        if at is not None and self._ckpt.restore(self.seq) \
-                and llama_cpp.llama_memory_seq_rm(self._mem, self.seq, at, -1):
-            again = self.tokens[at:n]
-            del self.tokens[at:]
-        else:
-            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, -1, -1)  # the whole sequence always goes
-            again = self.tokens[:n]
-            self.tokens.clear()
+        again = self.kv.back_to_checkpoint(self.seq, n, at)
         if again:
             self.decode(again)
 
@@ -426,11 +362,7 @@ class Model:
         state lives elsewhere too (recurrent layers, the MTP tape)."""
         if src == dst or not self.copyable:
             return False
-        self._settled(src)
-        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
-        self._seqs[dst][:] = self._seqs[src]
-        self._unsure.discard(dst)
-        self._ckpt.drop(dst)
+        self.kv.copy(src, dst)
         return True
 
     def swap_seq(self, a: int, b: int, spare: int) -> bool:
@@ -442,18 +374,12 @@ class Model:
         self.copy_seq(a, spare)
         self.copy_seq(b, a)
         self.copy_seq(spare, b)
-        llama_cpp.llama_memory_seq_rm(self._mem, spare, -1, -1)
-        self._seqs[spare].clear()
+        self.kv.clear(spare)
         return True
 
     def reset(self) -> None:
         """Empty this sequence's KV cache (the others keep theirs)."""
-        if self.n_seq == 1:
-            llama_cpp.llama_memory_clear(self._mem, True)
-        else:
-            llama_cpp.llama_memory_seq_rm(self._mem, self.seq, -1, -1)
-        self.tokens.clear()
-        self._ckpt.drop(self.seq)
+        self.kv.clear(self.seq, whole=self.n_seq == 1)
 
     def catch_up(self, tokens: Sequence[int], *, logits_last: bool = False,
                  copy: bool = True, candidates: bool = False) -> int | np.ndarray | Candidates:

@@ -78,6 +78,15 @@ def _place(mparams, cfg: LoadConfig):
     return [], None
 
 
+def output_on_gpu(ptr, cfg: LoadConfig) -> bool:
+    """Does the output layer run on a GPU?  There llama.cpp's top-k inside
+    the graph is cheap and saves copying whole rows (Model.candidates_k);
+    on a CPU it costs more than reading the rows (ggml sorts each row;
+    docs/results.md, "Rows as candidates")."""
+    n_layer = int(llama_cpp.llama_model_n_layer(ptr))
+    return bool(llama_cpp.llama_supports_gpu_offload()) and (cfg.gpu_layers < 0 or cfg.gpu_layers > n_layer)
+
+
 def new_context(ptr, cfg: LoadConfig, n_threads: int, *, recurrent: bool, bufts, name: str) -> Context:
     """A context on the weights (freed, with the context, where llama.cpp cannot make one)."""
     cparams = facts.context_params(cfg, cfg.n_batch, n_threads)
