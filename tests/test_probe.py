@@ -47,11 +47,26 @@ def test_a_first_load_times_once_and_saves(state, monkeypatch):
 
 def test_a_saved_curve_is_recalled_without_timing_even_if_the_machine_was_noisy(state, monkeypatch):
     state.parent.mkdir(parents=True)
-    noisy = {"1": 0.290, "2": 0.2, "4": 0.9}  # a busy spell left this: it is averaged later, never re-probed
+    noisy = {"1": 0.290, "2": 0.2, "4": 0.39}  # a busy spell left this: it is averaged later, never re-probed
     state.write_text(json.dumps({"fake.gguf|fast": {"curve": noisy, "verify_cap": None}}))
     monkeypatch.setattr(probe, "time_sizes", never)
     m = FakeModel()
-    assert probe.load(m).learned and m.curve == {1: 0.290, 2: 0.2, 4: 0.9}
+    assert probe.load(m).learned and m.curve == {1: 0.290, 2: 0.2, 4: 0.39}
+
+
+def test_a_remembered_size_dearer_than_two_batches_that_make_it_up_is_read_at_their_cost(state, monkeypatch):
+    """What an older spec-cli left in costs.json after a day of runs: c(17)
+    fifty times c(8).  Read as it is, the policy never drafts that long
+    again, so never measures it again."""
+    state.parent.mkdir(parents=True)
+    curve = {str(n): 0.07 + 0.03 * (n - 1) for n in range(1, 13)} | {"13": 2.3, "16": 4.0, "17": 21.0}
+    state.write_text(json.dumps({"fake.gguf|fast": {"curve": curve, "verify_cap": None}}))
+    monkeypatch.setattr(probe, "time_sizes", never)
+    m = FakeModel()
+    probe.load(m)
+    assert m.curve[12] == pytest.approx(0.07 + 0.03 * 11)  # within the bound: as saved
+    assert m.curve[13] == pytest.approx(m.curve[12] + m.curve[1])
+    assert m.curve[17] <= m.curve[8] + m.curve[9] and m.curve[17] < 1.0
 
 
 def test_what_the_steps_taught_is_kept_for_the_next_run(state, monkeypatch):
@@ -67,6 +82,38 @@ def test_what_the_steps_taught_is_kept_for_the_next_run(state, monkeypatch):
     probe.load(again)
     assert again.curve[1] == pytest.approx(0.040, rel=0.02)
     assert again.curve[4] > again.curve[1] and len(again.curve) == 17
+
+
+def _session(m, prior, machine, rng, steps=300):
+    """A run of a policy that drafts the length its curve says is best (a
+    lookup accepted at 0.5 a token), on `machine` (true seconds a batch,
+    slowed by one-sided noise), then what `remember` saves."""
+    from spec_cli.core.cost import expected_tokens
+    m.curve = prior
+    m.costs = CostModel.from_timings(prior, 17)
+    for _ in range(steps):
+        k = max(range(17), key=lambda k: expected_tokens([0.5] * k) / m.costs.c(k + 1))
+        m.costs.observe_verify(k + 1, machine(k + 1) * (1 + abs(rng.gauss(0, 0.1))))
+    probe.remember(m)
+    return json.loads(probe.state_file().read_text())["fake.gguf|fast"]["curve"]
+
+
+def test_sizes_a_run_never_measures_do_not_grow_from_run_to_run(state, monkeypatch):
+    """A size the policy finds too dear is never drafted, so never measured:
+    what is remembered of it must not carry each run's pace into the next
+    (saved at the pace a run ended with, the sizes past the drafted ones
+    grew tens of times over 30 runs: noise only ever slows a batch)."""
+    import random
+    monkeypatch.setattr(probe, "time_sizes", linear(0.025, 0.078))
+    rng = random.Random(3)
+    machine = lambda n: 0.0735 * (1 + 0.4 * (n - 1) ** 0.8)
+    m = FakeModel()
+    prior = {n: machine(n) * rng.uniform(0.9, 1.3) for n in range(1, 18)}
+    for run in range(30):
+        busy = run % 3 == 0  # every third run ends beside another process
+        saved = _session(m, prior, (lambda n: machine(n) * (1.8 if busy else 1.0)), rng)
+        prior = {int(n): s for n, s in saved.items()}
+    assert max(prior[n] / machine(n) for n in range(1, 18)) < 3.0, prior
 
 
 @pytest.mark.parametrize("text", ["{not json", "[]", '{"fake.gguf|fast": {"curve": {"1": -1}}}'])

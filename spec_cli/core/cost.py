@@ -78,6 +78,30 @@ class CostModel:
             return lo + (hi - lo) * (n - below) / (above - below)
         return self._prior(n) * self.pace
 
+    def remembered(self) -> dict[int, float]:
+        """c(1..) to start the next run from: each size measured, what its
+        steps measured (a busy spell moves that average, not the rest);
+        each size between two measured, the line between them; each size
+        never measured, its prior scaled as the measured sizes moved from
+        theirs -- not by the pace the run ended at, which, carried from run
+        to run, only ever grows such a size: one that looks dear is never
+        drafted, so never measured again.  Bounded (`bounded`)."""
+        seen = sorted(self._seen)
+        moved = sorted(self._seen[n][0] / self._prior(n) for n in seen)
+        scale = moved[len(moved) // 2] if moved else 1.0
+
+        def one(n: int) -> float:
+            if n in self._seen:
+                return self._seen[n][0]
+            below = max((m for m in seen if m < n), default=0)
+            above = min((m for m in seen if m > n), default=0)
+            if below and above:
+                lo, hi = self._seen[below][0], self._seen[above][0]
+                return lo + (hi - lo) * (n - below) / (above - below)
+            return self._prior(n) * scale
+
+        return bounded({n: one(n) for n in range(1, len(self.prior) + 1)})
+
     def seen(self, n: int) -> bool:
         """Whether a batch of n has been measured (or lies between sizes that were)."""
         return n in self._seen or (any(m < n for m in self._seen) and any(m > n for m in self._seen))
@@ -107,6 +131,18 @@ class CostModel:
 
     def rate(self, accept: list[float], draft_cost: float) -> float:
         return expected_tokens(accept) / self.step_s(len(accept), draft_cost)
+
+
+def bounded(curve: dict[int, float]) -> dict[int, float]:
+    """`curve` (seconds a batch of n, for some sizes n) within what every
+    machine's costs obey: a batch of n can always run as two, of m and
+    n - m, so c(n) is at most c(m) + c(n - m).  A size above that holds a
+    stall or a drift remembered, not the machine; it gets the bound."""
+    out: dict[int, float] = {}
+    for n in sorted(curve):
+        splits = [out[m] + out[n - m] for m in out if n - m in out]
+        out[n] = min([curve[n], *splits])
+    return out
 
 
 def can_pay(cost: CostModel, draft_s: float, k_max: int, *, margin: float = 1.0) -> bool:

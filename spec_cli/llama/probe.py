@@ -6,8 +6,12 @@ model's prior (policy.py).  It is kept in spec-cli's state directory per
 model file, build, placement and numerics (`Model.fingerprint`), and it is
 what the real steps taught, not a start-up measurement: every generation
 ends by saving the cost model's curve (`remember`), so the next run starts
-from what this machine did last time, busy spells and all -- noise only
-moves the average, it never triggers a new probe.
+from the shape this machine's steps showed last time -- noise only moves
+the average, it never triggers a new probe.  What is saved is the shape at
+the prior's pace (`CostModel.remembered`): a busy spell is the pace of a
+run, not of the machine, and sizes a run never measured keep their prior.
+A remembered curve is read bounded (`core.cost.bounded`: a batch of n never
+costs more than two smaller batches that make it up).
 
 Only the very first load of a target (nothing saved for it yet) times a
 few batch sizes, once each, within `BUDGET_S` (sizes it has no time for are
@@ -33,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.cost import bounded
 from .model import Model
 
 SIZES = (1, 2, 4, 8, 17)             # up to a draft of 16 plus the last token
@@ -154,8 +159,7 @@ def _entry(known: dict, key: str) -> tuple[dict[int, float] | None, int | None]:
     curve = cap = None
     try:
         curve = {int(n): float(s) for n, s in entry["curve"].items()}
-        if not curve or min(curve.values()) <= 0:
-            curve = None
+        curve = bounded(curve) if curve and all(0 < s < float("inf") for s in curve.values()) else None
     except (KeyError, TypeError, ValueError, AttributeError):
         pass
     try:
@@ -237,7 +241,7 @@ def remember(model: Model) -> None:
         return
     curve = dict(model.curve)
     if model.costs is not None:
-        curve = {n: model.costs.c(n) for n in range(1, len(model.costs.prior) + 1)}
+        curve = model.costs.remembered()
     if model.verify_cap:
         curve = {n: s for n, s in curve.items() if n <= model.verify_cap}
     _save(model.fingerprint(), curve, model.verify_cap)
