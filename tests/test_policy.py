@@ -74,7 +74,22 @@ def test_sizes_between_measured_ones_follow_the_line_between_them():
     cm.observe_verify(5, 0.10)
     assert cm.seen(3) and not cm.seen(6)
     assert cm.c(1) < cm.c(2) < cm.c(3) < cm.c(4) < cm.c(5) < 0.2  # between 1 and 5: the measured line
-    assert cm.c(6) > 0.5  # beyond the sizes measured: the prior's
+    # beyond the sizes measured: the prior's shape from the largest (a first
+    # load extrapolates what it had no time to time; 5 measured at a fifth of
+    # what it said makes 6 and 8 a fifth too)
+    assert cm.c(6) == pytest.approx(0.10 * cm.prior[5] / cm.prior[4])
+    assert cm.c(8) == pytest.approx(0.10 * 0.81 / cm.prior[4])
+
+
+def test_a_size_measured_dearer_than_the_prior_raises_the_sizes_past_it():
+    """The shape holds the other way too: a first load's curve that said a
+    batch of 4 costs 2 singles, measured at 3, puts 8 at its share of that."""
+    cm = CostModel.from_timings({1: 0.05, 2: 0.07, 4: 0.10, 8: 0.16}, n_max=8)
+    for _ in range(20):
+        cm.observe_verify(1, 0.05)
+        cm.observe_verify(4, 0.15)
+    assert cm.c(4) == pytest.approx(0.15, rel=0.05)
+    assert cm.c(8) == pytest.approx(cm.c(4) * 0.16 / 0.10)
 
 
 def test_a_curve_that_says_no_lookup_can_pay_is_put_to_the_test():

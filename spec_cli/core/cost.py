@@ -65,42 +65,44 @@ class CostModel:
         return got
 
     def _c(self, n: int) -> float:
+        got = self._from_seen(n, lambda m: self._seen[m][0] * self.pace / self._seen[m][1])
+        return self._prior(n) * self.pace if got is None else got
+
+    def _from_seen(self, n: int, at) -> float | None:
+        """c(n) from the sizes measured, each read by `at`: a size's own;
+        between two, the line between them (a first load's curve is one
+        noisy timing of each size, and what was measured of its neighbours
+        says more of a size than that); past the largest, the prior's shape
+        from it (a first load times few sizes, and extrapolates the rest:
+        where a size measured cheaper than said, the sizes past it are
+        too).  None below every size measured."""
         if n in self._seen:
-            seconds, pace = self._seen[n]
-            return seconds * self.pace / pace
-        # between two sizes measured, the line between them: a first load's
-        # curve is one noisy timing of each size, and what was measured of
-        # its neighbours says more of a size than that
+            return at(n)
         below = max((m for m in self._seen if m < n), default=0)
         above = min((m for m in self._seen if m > n), default=0)
         if below and above:
-            lo, hi = self.c(below), self.c(above)
+            lo, hi = at(below), at(above)
             return lo + (hi - lo) * (n - below) / (above - below)
-        return self._prior(n) * self.pace
+        if below:
+            return at(below) * self._prior(n) / self._prior(below)
+        return None
 
     def remembered(self) -> dict[int, float]:
         """c(1..) to start the next run from: each size measured, what its
-        steps measured (a busy spell moves that average, not the rest);
-        each size between two measured, the line between them; each size
-        never measured, its prior scaled as the measured sizes moved from
-        theirs -- not by the pace the run ended at, which, carried from run
-        to run, only ever grows such a size: one that looks dear is never
-        drafted, so never measured again.  Bounded (`bounded`)."""
-        seen = sorted(self._seen)
-        moved = sorted(self._seen[n][0] / self._prior(n) for n in seen)
-        scale = moved[len(moved) // 2] if moved else 1.0
-
-        def one(n: int) -> float:
-            if n in self._seen:
-                return self._seen[n][0]
-            below = max((m for m in seen if m < n), default=0)
-            above = min((m for m in seen if m > n), default=0)
-            if below and above:
-                lo, hi = self._seen[below][0], self._seen[above][0]
-                return lo + (hi - lo) * (n - below) / (above - below)
-            return self._prior(n) * scale
-
-        return bounded({n: one(n) for n in range(1, len(self.prior) + 1)})
+        steps measured (a busy spell moves that average, not the rest), and
+        the others from those (`_from_seen`; below every measured size, the
+        prior as the smallest measured moved from it) -- not at the pace the
+        run ended at, which, carried from run to run, only ever grows a size
+        never measured: one that looks dear is never drafted, so never
+        measured again.  Bounded (`bounded`)."""
+        at = lambda m: self._seen[m][0]  # noqa: E731
+        low = min(self._seen, default=0)
+        scale = at(low) / self._prior(low) if low else 1.0
+        out = {}
+        for n in range(1, len(self.prior) + 1):
+            got = self._from_seen(n, at)
+            out[n] = self._prior(n) * scale if got is None else got
+        return bounded(out)
 
     def seen(self, n: int) -> bool:
         """Whether a batch of n has been measured (or lies between sizes that were)."""

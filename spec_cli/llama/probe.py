@@ -41,7 +41,7 @@ from ..core.cost import bounded
 from .model import Model
 
 SIZES = (1, 2, 4, 8, 17)             # up to a draft of 16 plus the last token
-BUDGET_S = 0.5                       # the most a first load spends timing a model
+BUDGET_S = 1.5                       # the most a first load spends timing a model (once a file, build, numerics)
 CAP_PREFIXES = (2, 250, 600)         # cached lengths the exact cap is checked after: short, across
                                      # the KV cache's 256-cell padding, past 512
 # a draft model is loaded only where an always-accepted draft would gain this
