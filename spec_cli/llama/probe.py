@@ -6,11 +6,12 @@ model's prior (policy.py).  It is kept in spec-cli's state directory per
 model file, build, placement and numerics (`Model.fingerprint`), and it is
 what the real steps taught, not a start-up measurement: every generation
 ends by saving the cost model's curve (`remember`), so the next run starts
-from the shape this machine's steps showed last time -- noise only moves
-the average, it never triggers a new probe.  What is saved is the shape at
-the prior's pace (`CostModel.remembered`): a busy spell is the pace of a
-run, not of the machine, and sizes a run never measured keep their prior.
-A remembered curve is read bounded (`core.cost.bounded`: a batch of n never
+from what this machine's steps measured last time -- noise only moves the
+average, it never triggers a new probe.  What is saved is each size as its
+steps measured it, and the sizes a run never measured from those
+(`CostModel.remembered`), never at the pace the run ended with (carried
+from run to run, that only ever grew a size no run measured).  A
+remembered curve is read bounded (`core.cost.bounded`: a batch of n never
 costs more than two smaller batches that make it up).
 
 Only the very first load of a target (nothing saved for it yet) times a
