@@ -482,3 +482,42 @@ def test_a_batch_plan_that_splits_into_passes_is_trimmed_where_that_is_faster():
     assert trim_drafts([(1, 128)], lone, cpu) == [0]
     # a prompt's chunk in the batch stays as it is
     assert trim_drafts([(4, 64)], [(0, 0, (), 0.0, False), (1, 0, (), 0.0, False)] + plain, cpu) == [0, 0, 0, 0]
+
+
+def test_a_lookup_draft_is_extended_only_where_the_draft_model_can_pay_its_catch_up():
+    """The hybrid extends a confident lookup draft with the draft model.  A
+    draft model far behind (the lookup copied a long prompt it never read)
+    must read all of it first: one extension cannot pay that back, and a
+    request with a prediction once spent seconds on it for nothing."""
+    from types import SimpleNamespace
+
+    from spec_cli.run.drafting import keep_going
+    from spec_cli.run.proposers.base import Proposal
+    from spec_cli.run.proposers.hybrid import Hybrid
+
+    class Copy:
+        shares: list = []
+
+        def draft(self, context, cand, k, keep_going=None):
+            self.shares = [1.0] * 3
+            return Proposal([1, 2, 3], None, cand.source)
+
+    class Behind:
+        name = "draft"
+        decoding, sampling = SimpleNamespace(rule="standard"), SimpleNamespace(greedy=True)
+        lag = 0.0
+
+        def lag_s(self, context):
+            return self.lag
+
+        def draft(self, context, cand, k, keep_going=None):
+            return Proposal([7, 8][:k], None, self.name)
+
+    policy = Policy(CostModel.from_timings(GPU, 17), k_max=8)
+    policy.draft_s["draft"] = 0.002
+    cand = Candidate("prompt3", 8)
+    dm = Behind()
+    hybrid = Hybrid(Copy(), dm)
+    for lag, tokens in ((0.0, [1, 2, 3, 7, 8]), (2.5, [1, 2, 3])):
+        dm.lag = lag
+        assert hybrid.draft(list(range(900)), cand, 8, keep_going(policy, cand)).tokens == tokens, lag

@@ -135,9 +135,11 @@ class Policy:
         """Seconds of the step with this sequence not drafting."""
         return self.step_s(0, 0.0, load=load)
 
-    def rate(self, rates: list[float], d: float, pooled: bool = False, load: Load = ALONE) -> float:
-        """This sequence's tokens a second at draft chances `rates`."""
-        return expected_tokens(rates) / self.step_s(len(rates), d, pooled, load)
+    def rate(self, rates: list[float], d: float, pooled: bool = False, load: Load = ALONE,
+             setup_s: float = 0.0) -> float:
+        """This sequence's tokens a second at draft chances `rates` (in a
+        step that also pays a one-time `setup_s`)."""
+        return expected_tokens(rates) / (self.step_s(len(rates), d, pooled, load) + setup_s)
 
     def _batch_gains(self, rates: list[float], d: float, pooled: bool, load: Load) -> bool:
         """Does the whole batch make more tokens a second with this draft
@@ -300,9 +302,11 @@ class Policy:
             self._wide = ideal
         return ideal
 
-    def keep_going(self, proposer: str, chain: list[float], load: Load = ALONE) -> bool:
+    def keep_going(self, proposer: str, chain: list[float], load: Load = ALONE, setup_s: float = 0.0) -> bool:
         """After drafting len(chain) tokens whose acceptance chances (the
-        draft's confidences) are `chain`, is one more worth it at `load`?"""
+        draft's confidences) are `chain`, is one more worth it at `load`,
+        `setup_s` paid first to draft it (a draft model reading the text it
+        lacks, to extend a lookup's draft)?"""
         k = len(chain)
         if k >= self.k_max:
             return False
@@ -310,7 +314,7 @@ class Policy:
             return True  # a wider look (see _wider) goes its whole length: that size is what it measures
         d, pooled = self.draft_s.get(proposer, 0.0), proposer in self.pooled
         nxt = self.chances(proposer)[k]
-        return (self.rate(chain + [nxt], d, pooled, load) > self.rate(chain, d, pooled, load)
+        return (self.rate(chain + [nxt], d, pooled, load, setup_s) > self.rate(chain, d, pooled, load)
                 and self._batch_gains(chain + [nxt], d, pooled, load))
 
     def observe(self, proposer: str, *, drafted: int, accepted: int, draft_s: float,

@@ -67,10 +67,11 @@ def legal_draft(pick, draft: Sequence[int], prop: Proposal) -> list[int]:
 
 def keep_going(policy, cand, load: Load = ALONE) -> Callable | None:
     """The proposer's keep_going for candidate `cand`: one more token while
-    the policy says it pays at `load` (a hybrid's extension names its own source)."""
+    the policy says it pays at `load` (a hybrid's extension names its own
+    source, and what it must pay before its first token)."""
     if policy is None:
         return None
-    return lambda chain, source=None: policy.keep_going(source or cand.source, chain, load)
+    return lambda chain, source=None, setup_s=0.0: policy.keep_going(source or cand.source, chain, load, setup_s)
 
 
 def draft(lanes: Sequence, plans: Sequence[Planned], loads: Sequence[Load], *, timer,

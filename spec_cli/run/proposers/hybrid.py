@@ -14,8 +14,10 @@ class Hybrid:
     side by side: the policy picks whichever pays more this step, and where
     a lookup draft ends confident -- its continuation ran out, not its
     certainty -- the draft model extends it, token by token while the cost
-    model says one more pays (with a sampled draft under the residual rule,
-    which needs the draft's rows, it does not)."""
+    model says one more pays, its first token paying for whatever text the
+    draft model has yet to read (a lookup that drafted a long copy from the
+    prompt leaves it far behind), and not with a sampled draft under the
+    residual rule, which needs the draft's rows."""
 
     name = "hybrid"
     CONFIDENT = 0.9  # the lookup's last share at or above this: worth extending
@@ -55,7 +57,7 @@ class Hybrid:
         dm = self.draft_model
         if (n == 0 or n >= k or keep_going is None or shares[-1] < self.CONFIDENT
                 or (dm.decoding.rule == "residual" and not dm.sampling.greedy)
-                or not keep_going(shares, dm.name)):
+                or not keep_going(shares, dm.name, setup_s=dm.lag_s(context))):
             return prop
         ext = dm.draft(list(context) + prop.tokens, Candidate(dm.name, k - n), k - n,
                        lambda chain: keep_going(shares + chain, dm.name))
