@@ -507,7 +507,7 @@ def test_a_lookup_draft_is_extended_only_where_the_draft_model_can_pay_its_catch
         decoding, sampling = SimpleNamespace(rule="standard"), SimpleNamespace(greedy=True)
         lag = 0.0
 
-        def lag_s(self, context):
+        def lag_s(self):
             return self.lag
 
         def draft(self, context, cand, k, keep_going=None):

@@ -171,10 +171,11 @@ class DraftModel:
             return self.clock.catch_up_s(tokens)
         return self.source.catch_up_s(tokens)
 
-    def lag_s(self, context: Sequence[int]) -> float:
-        """What reading the part of `context` it lacks would cost before it
+    def lag_s(self) -> float:
+        """What reading the part of this step's context it lacks (as
+        candidates() found it, as draft() reuses it) would cost before it
         drafts after it (nothing for a step's usual few tokens)."""
-        return self.catch_up_s(len(context) - common_prefix(self.source.cached(), context))
+        return self.catch_up_s(self._behind)
 
     def prepare(self, prompt: Sequence[int], decoding: Decoding | None = None) -> None:
         self._prompt_len, self._behind = len(prompt), 0

@@ -57,7 +57,7 @@ class Hybrid:
         dm = self.draft_model
         if (n == 0 or n >= k or keep_going is None or shares[-1] < self.CONFIDENT
                 or (dm.decoding.rule == "residual" and not dm.sampling.greedy)
-                or not keep_going(shares, dm.name, setup_s=dm.lag_s(context))):
+                or not keep_going(shares, dm.name, setup_s=dm.lag_s())):
             return prop
         ext = dm.draft(list(context) + prop.tokens, Candidate(dm.name, k - n), k - n,
                        lambda chain: keep_going(shares + chain, dm.name))
