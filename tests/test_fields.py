@@ -18,7 +18,7 @@ CHAT = [{"role": "user", "content": "Write the word apple five times, then the w
 
 @pytest.fixture(scope="module")
 def server(smollm_path):
-    yield from serving(smollm_path, "--parallel", "2")
+    yield from serving(smollm_path, "--parallel", "2", "--fixed-draft")
 
 
 def _chat(server, **fields):

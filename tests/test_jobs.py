@@ -216,7 +216,7 @@ def test_refusals_come_before_any_model_loads(tmp_path):
 def test_bench_batch_refuses_what_it_cannot_compare(tmp_path):
     f = lines(tmp_path / "in.jsonl", req("a"))
     for extra, needle in [(["--concurrency", "1,2"], "on its own"), (["--proposer", "oracle"], "oracle"),
-                          (["--proposer", "ngram@4"], "adaptive")]:
+                          (["--proposer", "ngram", "--rule", "residual"], "gumbel")]:
         res = subprocess.run([sys.executable, "-m", "spec_cli", "bench", "--batch", str(f), *extra],
                              capture_output=True, text=True, timeout=60)
         assert res.returncode == 1 and needle in res.stderr and "Traceback" not in res.stderr, res.stderr

@@ -211,10 +211,11 @@ def _batch(path: Path, variants, parallel: int, cfg: PairConfig, *, temp, samp, 
     if others:
         raise SpecError("--batch times a batch file on its own: --prompts, --concurrency, --peer, --html, --clock "
                         "and --sweep-draft-max go without it")
-    names = [v.proposer for v in variants if v.fixed is None and v.rule == "gumbel"]
-    if len(names) < len(variants) or set(names) & set(REFERENCES):
-        raise SpecError("--batch compares proposers as batch runs them: adaptive, with the gumbel rule, "
-                        f"not {', '.join(REFERENCES)}", hint="Give --proposer hybrid, draft, ngram or mtp.")
+    runs = [(v.proposer, v.fixed) for v in variants if v.rule == "gumbel"]
+    if len(runs) < len(variants) or {name for name, _ in runs} & set(REFERENCES):
+        raise SpecError("--batch compares proposers as batch runs them, with the gumbel rule, "
+                        f"not {', '.join(REFERENCES)}", hint="Give --proposer hybrid, draft, ngram or mtp "
+                                                             "(NAME@K: K tokens every step, as batch --fixed-draft).")
     items = read(path, Defaults(temperature=temp, top_k=samp.top_k, top_p=samp.top_p, min_p=samp.min_p,
                                 max_tokens=max_tokens, seed=seed)).items
     pair = load(cfg, quiet=as_json)
@@ -222,7 +223,7 @@ def _batch(path: Path, variants, parallel: int, cfg: PairConfig, *, temp, samp, 
         serve_cfg = ServeConfig(model=cfg.target, queue=cfg.seqs, draft_max=draft_max, spare=cfg.seqs > parallel)
         with render.spinner(enabled=not as_json) as progress:
             try:
-                rows = bench_batch(pair, items, names, serve_cfg, on_progress=progress)
+                rows = bench_batch(pair, items, runs, serve_cfg, on_progress=progress)
             except KeyboardInterrupt:
                 raise SpecError("bench interrupted; no results", exit_code=130) from None
     finally:

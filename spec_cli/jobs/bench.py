@@ -16,13 +16,17 @@ from .inputs import Item
 from .run import Stop, run
 
 
-def bench_batch(pair, items: list[Item], proposers: list[str], cfg: ServeConfig, *,
+def bench_batch(pair, items: list[Item], proposers: list[tuple[str, int | None]], cfg: ServeConfig, *,
                 on_progress=lambda text: None) -> list[dict]:
-    """One row per proposer, the target alone first."""
+    """One row per (proposer, fixed draft length or None for the cost
+    model), the target alone first."""
     rows, alone = [], None
-    for name in ["none", *proposers]:
-        on_progress(f"{len(items)} requests, {name}")
-        row, texts = _one(pair, items, dataclasses.replace(cfg, proposer=name))
+    for name, fixed in [("none", None), *proposers]:
+        label = name if fixed is None else f"{name}@{fixed}"
+        on_progress(f"{len(items)} requests, {label}")
+        run_cfg = dataclasses.replace(cfg, proposer=name, adaptive=fixed is None, draft_max=fixed or cfg.draft_max)
+        row, texts = _one(pair, items, run_cfg)
+        row["proposer"] = label
         if alone is None:
             alone = texts
         row["vs_none"] = row["tok_s"] / rows[0]["tok_s"] if rows and rows[0]["tok_s"] else None

@@ -94,9 +94,11 @@ class Lookup(DraftsAlone):
             source = Source(self.copy.origin, "run", bucket(self.copy.matched))
             self._offers[source] = _Offer(self.copy.index, self.copy.origin, run=True)
             out.append(Candidate(source, max(1, math.ceil(self.alpha * self.copy.matched))))
-        sources = ([] if self.copy else [(self.index, None)]) + (
-            [(self.store.index, "hist")] if self.store is not None else []) + (
-            [(self.prediction, PREDICTION)] if self.prediction is not None else [])
+        # the client's prediction first: where no cost model chooses (a fixed draft
+        # length), the first candidate drafts
+        sources = ([(self.prediction, PREDICTION)] if self.prediction is not None else []) + (
+            [] if self.copy else [(self.index, None)]) + (
+            [(self.store.index, "hist")] if self.store is not None else [])
         for index, origin in sources:
             n, key = index.match(context)
             if n == 0:
