@@ -551,20 +551,19 @@ def test_llama_server_fields_stop_type_tokens_cached_predicted_n(server):
     assert warm["usage"]["completion_tokens"] == 0
 
 
-def test_the_page_and_the_drafted_spans_of_a_stream(smollm_path):
+@pytest.fixture
+def fixed_lookup(smollm_path):
+    """The lookup drafting at a fixed length: whether the cost model drafts
+    for a 135M model at all is this machine's timing."""
+    yield from serving(smollm_path, "--proposer", "ngram", "--fixed-draft")
+
+
+def test_the_page_and_the_drafted_spans_of_a_stream(fixed_lookup):
     """`/` is the chat page (one static file, its own script only), and each
     streamed chunk says which of its text was drafted (`spec_segments`): the
     pieces make the chunk's text, drafted ones among them, and the last
-    chunk's `speculation` counts them.  The lookup drafts at a fixed length:
-    whether the cost model drafts for a 135M model is this machine's."""
-    server = Server(smollm_path, dict(os.environ), "--proposer", "ngram", "--fixed-draft")
-    try:
-        _page_and_spans(server)
-    finally:
-        server.stop()
-
-
-def _page_and_spans(server):
+    chunk's `speculation` counts them."""
+    server = fixed_lookup
     req = urllib.request.Request(server.url + "/")
     with urllib.request.urlopen(req, timeout=60) as r:
         page, csp = r.read().decode(), r.headers["Content-Security-Policy"]

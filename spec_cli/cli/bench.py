@@ -211,8 +211,7 @@ def _batch(path: Path, variants, parallel: int, cfg: PairConfig, *, temp, samp, 
     if others:
         raise SpecError("--batch times a batch file on its own: --prompts, --concurrency, --peer, --html, --clock "
                         "and --sweep-draft-max go without it")
-    runs = [(v.proposer, v.fixed) for v in variants if v.rule == "gumbel"]
-    if len(runs) < len(variants) or {name for name, _ in runs} & set(REFERENCES):
+    if any(v.rule != "gumbel" or v.proposer in REFERENCES for v in variants):
         raise SpecError("--batch compares proposers as batch runs them, with the gumbel rule, "
                         f"not {', '.join(REFERENCES)}", hint="Give --proposer hybrid, draft, ngram or mtp "
                                                              "(NAME@K: K tokens every step, as batch --fixed-draft).")
@@ -223,7 +222,7 @@ def _batch(path: Path, variants, parallel: int, cfg: PairConfig, *, temp, samp, 
         serve_cfg = ServeConfig(model=cfg.target, queue=cfg.seqs, draft_max=draft_max, spare=cfg.seqs > parallel)
         with render.spinner(enabled=not as_json) as progress:
             try:
-                rows = bench_batch(pair, items, runs, serve_cfg, on_progress=progress)
+                rows = bench_batch(pair, items, variants, serve_cfg, on_progress=progress)
             except KeyboardInterrupt:
                 raise SpecError("bench interrupted; no results", exit_code=130) from None
     finally:

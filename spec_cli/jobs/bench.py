@@ -11,22 +11,23 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from ..run.bench import Variant
 from ..serve.worker import ServeConfig, Worker
 from .inputs import Item
 from .run import Stop, run
 
 
-def bench_batch(pair, items: list[Item], proposers: list[tuple[str, int | None]], cfg: ServeConfig, *,
+def bench_batch(pair, items: list[Item], variants: list[Variant], cfg: ServeConfig, *,
                 on_progress=lambda text: None) -> list[dict]:
-    """One row per (proposer, fixed draft length or None for the cost
-    model), the target alone first."""
+    """One row per variant (adaptive, or at its fixed draft length), the
+    target alone first."""
     rows, alone = [], None
-    for name, fixed in [("none", None), *proposers]:
-        label = name if fixed is None else f"{name}@{fixed}"
-        on_progress(f"{len(items)} requests, {label}")
-        run_cfg = dataclasses.replace(cfg, proposer=name, adaptive=fixed is None, draft_max=fixed or cfg.draft_max)
-        row, texts = _one(pair, items, run_cfg)
-        row["proposer"] = label
+    for v in [Variant("none"), *variants]:
+        on_progress(f"{len(items)} requests, {v.label}")
+        row, texts = _one(pair, items, dataclasses.replace(
+            cfg, proposer=v.proposer, adaptive=v.fixed is None,
+            draft_max=cfg.draft_max if v.fixed is None else v.fixed))
+        row["proposer"] = v.label
         if alone is None:
             alone = texts
         row["vs_none"] = row["tok_s"] / rows[0]["tok_s"] if rows and rows[0]["tok_s"] else None
