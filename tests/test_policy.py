@@ -521,3 +521,40 @@ def test_a_lookup_draft_is_extended_only_where_the_draft_model_can_pay_its_catch
     for lag, tokens in ((0.0, [1, 2, 3, 7, 8]), (2.5, [1, 2, 3])):
         dm.lag = lag
         assert hybrid.draft(list(range(900)), cand, 8, keep_going(policy, cand)).tokens == tokens, lag
+
+
+def test_what_earlier_generations_saw_of_a_source_is_where_the_next_one_starts():
+    """A server's chat requests all answer after the same template tokens,
+    so the earlier answers' first words look like a sure lookup draft (a
+    context seen often, its most frequent continuation) and miss: a new
+    request starts where the earlier ones left that source, not from the
+    prior; other sources keep theirs, and a source that starts to hold is
+    drafted again."""
+    from spec_cli.core.acceptance import Learned
+
+    learned = Learned()
+    fresh = lambda: Policy(CostModel.from_timings(CPU_FAST, 17), k_max=16, learned=learned)  # noqa: E731
+    assert plan(fresh(), "hist-multi4", 16) > 0 and plan(fresh(), "prompt-run8", 16) > 0
+    for _ in range(4):  # four earlier requests, each missing once at the answer's start
+        fresh().observe("hist-multi4", drafted=4, accepted=0, draft_s=0.0, verify_s=0.07)
+    assert plan(fresh(), "hist-multi4", 16) == 0
+    assert fresh().chances("prompt-run8") == prior_of(fresh(), "prompt-run8")
+    assert plan(fresh(), "prompt-run8", 16) > 0
+    for _ in range(8):  # the workload changed: the same context now continues as before
+        fresh().observe("hist-multi4", drafted=2, accepted=2, draft_s=0.0, verify_s=0.05)
+    assert plan(fresh(), "hist-multi4", 16) > 0
+
+
+def test_learned_acceptance_counts_the_prior_as_one_observation_and_follows_a_window():
+    from spec_cli.core.acceptance import LEARNED_WINDOW, Learned
+
+    learned, prior = Learned(), [0.8, 0.8, 0.8]
+    assert learned.start("x", prior) == prior
+    learned.observe("x", prior, drafted=3, accepted=1)   # first held, second missed, third never reached
+    assert learned.start("x", prior) == pytest.approx([0.9, 0.4, 0.8])
+    assert learned.start("x", prior + [0.5]) == pytest.approx([0.9, 0.4, 0.8, 0.5])
+    for _ in range(10 * LEARNED_WINDOW):
+        learned.observe("x", prior, drafted=1, accepted=0)
+    for _ in range(LEARNED_WINDOW):
+        learned.observe("x", prior, drafted=1, accepted=1)
+    assert learned.start("x", prior)[0] > 0.6  # the latest window, not the whole history

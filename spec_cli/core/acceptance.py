@@ -1,6 +1,8 @@
 """What the policy expects of a draft: per-position acceptance chances,
 learned online from their priors, and a lookup text's copiability shared
-by every source of the same origin (a log-odds shift).  Pure, no I/O."""
+by every source of the same origin (a log-odds shift); and what earlier
+generations on the same target saw of each source, where the next one
+starts from (`Learned`).  Pure, no I/O."""
 
 from __future__ import annotations
 
@@ -24,6 +26,45 @@ class Acceptance:
                 break
             hit = 1.0 if i < accepted else 0.0
             self.rates[i] += EMA * (hit - self.rates[i])
+
+
+LEARNED_WINDOW = 32  # observations a position of `Learned` averages over, at most
+
+
+class Learned:
+    """Each source's acceptance a position, as every generation on the same
+    target saw it, so that the next generation starts from that instead of
+    the proposer's prior: a lookup match that earlier requests showed to
+    fail (a chat's every answer starting after the same template tokens, so
+    that earlier answers' first words look like a sure continuation) is not
+    drafted again in every new request while its own steps learn it, the
+    cost that grows with the batch at many requests at once.  The prior
+    counts as one observation; then a running mean over at most
+    LEARNED_WINDOW, so a workload that changes is followed.  Sources are
+    fine-grained (where a lookup matched, how long), so what chat taught of
+    short matches does not hold back a code edit's copies; a generation's
+    own steps still move its rates at EMA, from there."""
+
+    def __init__(self) -> None:
+        self._rates: dict[str, list[float]] = {}
+        self._counts: dict[str, list[int]] = {}
+
+    def start(self, source: str, prior: list[float]) -> list[float]:
+        """Where a generation's rates for `source` start: the prior where
+        nothing was seen (or past the positions seen)."""
+        seen = self._rates.get(source)
+        if seen is None:
+            return list(prior)
+        return [seen[i] if i < len(seen) else p for i, p in enumerate(prior)]
+
+    def observe(self, source: str, prior: list[float], drafted: int, accepted: int) -> None:
+        rates = self._rates.setdefault(source, list(prior))
+        counts = self._counts.setdefault(source, [1] * len(rates))
+        for i in range(min(drafted, len(rates))):
+            if i > accepted:  # never reached
+                break
+            counts[i] = min(counts[i] + 1, LEARNED_WINDOW)
+            rates[i] += ((1.0 if i < accepted else 0.0) - rates[i]) / counts[i]
 
 
 SHIFT_RATE = 0.3   # log-odds per surprise: how fast a text's copiability is learned

@@ -22,9 +22,11 @@ turns off when it does not pay and back on when it would:
   * d follows the draft's measured cost per token (0 for n-gram lookup); a
     draft model that has not read the prompt yet is charged its catch-up
     once, against the time it would save over the tokens still to come;
-  * a_j follows the acceptance seen at each draft position, per proposer;
-    a draft model's own confidence (its top probability) refines it token
-    by token, so a draft stops early where it is unsure.  A lookup's
+  * a_j follows the acceptance seen at each draft position, per proposer,
+    starting where the earlier generations on the same target left it
+    (acceptance.Learned: a server's requests, a chat's turns); a draft
+    model's own confidence (its top probability) refines it token by
+    token, so a draft stops early where it is unsure.  A lookup's
     sources (source.py: where it matched, how long, a copy or not) start
     from priors by position -- a first token is the doubtful one; once it
     holds, a copy mostly goes on -- and what any of them sees moves all the
@@ -55,7 +57,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from .acceptance import SHIFT_MAX, SHIFT_RATE, Acceptance, group_of, is_lookup, shifted, unknown_prior
+from .acceptance import SHIFT_MAX, SHIFT_RATE, Acceptance, Learned, group_of, is_lookup, shifted, unknown_prior
 from .batching import ALONE, Load, passes, pooled_s
 from .cost import EMA, CostModel, expected_tokens
 from .stats import origin
@@ -81,9 +83,10 @@ class Policy:
     """Decides, step by step, how many tokens each proposer should draft."""
 
     def __init__(self, cost: CostModel, *, k_max: int, draft_s: dict[str, float] | None = None,
-                 prior=unknown_prior, probe_every: int = 64, plain_every: int = 16):
+                 prior=unknown_prior, probe_every: int = 64, plain_every: int = 16, learned: Learned | None = None):
         self.cost = cost
         self.prior = prior  # prior(source, n): acceptance chances of a source before any is seen
+        self.learned = learned  # what earlier generations on the target saw (acceptance.Learned)
         self.draft_s = dict(draft_s or {})  # per proposer, seconds per draft token (its prior, then learned)
         self.k_max = k_max
         self.probe_every = probe_every
@@ -102,7 +105,8 @@ class Policy:
 
     def _acc(self, proposer: str) -> Acceptance:
         if proposer not in self.accept:
-            self.accept[proposer] = Acceptance(self.prior(proposer, self.k_max))
+            prior = self.prior(proposer, self.k_max)
+            self.accept[proposer] = Acceptance(self.learned.start(proposer, prior) if self.learned else prior)
         return self.accept[proposer]
 
     def chances(self, source: str) -> list[float]:
@@ -333,6 +337,8 @@ class Policy:
         if is_lookup(proposer):
             self._learn_shift(proposer, drafted, accepted)
         self._acc(proposer).observe(drafted, accepted)
+        if self.learned is not None:
+            self.learned.observe(proposer, self.prior(proposer, self.k_max), drafted, accepted)
         old = self.draft_s.get(proposer)
         per = draft_s / drafted if unit_s is None else unit_s
         self.draft_s[proposer] = per if old is None else old + EMA * (per - old)

@@ -95,6 +95,7 @@ class Model:
         self.curve: dict[int, float] | None = None
         self.verify_cap: int | None = None
         self.costs = None  # the cost model learned on this model's steps (engine.py)
+        self.learned = None  # each draft source's acceptance over this model's generations (engine.py)
 
     # -- lifecycle ---------------------------------------------------------
     def close(self) -> None:

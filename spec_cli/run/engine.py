@@ -27,6 +27,7 @@ from .stops import StopMatcher
 from ..core.config import Decoding
 from ..core.sampling import SamplingConfig, choose, choose_rows, margin, probs as to_probs
 from ..core.cost import CostModel
+from ..core.acceptance import Learned
 from ..core.policy import Policy
 from ..core.verify import verify, verify_choices
 from . import round as rounds
@@ -328,15 +329,17 @@ def _verify_cap(target: Model) -> int:
 
 def _policy(target: Model, proposer: Proposer, draft_max: int, clock=None) -> Policy:
     """A policy for this generation.  What was learned of the machine's
-    costs carries over from earlier generations on the same target (a
-    chat's turns, bench's runs); acceptance is learned afresh.  On a
-    simulated clock the costs are the clock's."""
+    costs and of each draft source's acceptance carries over from earlier
+    generations on the same target (a server's requests, a chat's turns,
+    bench's runs).  On a simulated clock the costs are the clock's."""
     from ..llama.probe import ensure
 
     n = max(draft_max + 1, 17)
+    if getattr(target, "learned", None) is None:
+        target.learned = Learned()
+    kw = dict(k_max=draft_max, draft_s=proposer.cost_prior, prior=proposer.acceptance_prior, learned=target.learned)
     if clock is not None:
-        return Policy(CostModel.from_timings(clock.timings(), n), k_max=draft_max, draft_s=proposer.cost_prior,
-                      prior=proposer.acceptance_prior)
+        return Policy(CostModel.from_timings(clock.timings(), n), **kw)
     if target.costs is None:
         target.costs = CostModel.from_timings(ensure(target), n)
-    return Policy(target.costs, k_max=draft_max, draft_s=proposer.cost_prior, prior=proposer.acceptance_prior)
+    return Policy(target.costs, **kw)
