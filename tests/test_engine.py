@@ -108,6 +108,30 @@ def test_a_role_marker_in_a_message_stays_text(smollm):
     assert smollm.vocab.tokenize_chat(plain) == smollm.vocab.tokenize(rendered, add_special=False, parse_special=True)
 
 
+def test_the_chat_template_is_compiled_once_not_per_request(smollm, monkeypatch):
+    """Compiling the GGUF's Jinja template took milliseconds and each chat
+    request rendered it twice: it is compiled once a model, and renders
+    as a fresh compilation of it does."""
+    import llama_cpp.llama_chat_format as chat_format
+
+    made = []
+    real = chat_format.Jinja2ChatFormatter
+
+    class Counted(real):
+        def __init__(self, **kw):
+            made.append(kw)
+            super().__init__(**kw)
+
+    monkeypatch.setattr(chat_format, "Jinja2ChatFormatter", Counted)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    for _ in range(5):
+        smollm.vocab.tokenize_chat(messages)
+    assert len(made) <= 1
+    fresh = real(template=smollm.vocab.chat_template(), eos_token=smollm.vocab.token_text(smollm.vocab.eos),
+                 bos_token=smollm.vocab.token_text(smollm.vocab.bos))
+    assert smollm.vocab.apply_chat_template(messages) == fresh(messages=messages).prompt
+
+
 def test_sequences_keep_their_own_cache(smollm_path):
     """Two sequences in one context: each keeps its tokens; one's decode,
     rewind and reset leave the other's KV alone, and its logits are those
