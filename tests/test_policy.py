@@ -550,11 +550,14 @@ def test_learned_acceptance_counts_the_prior_as_one_observation_and_follows_a_wi
 
     learned, prior = Learned(), [0.8, 0.8, 0.8]
     assert learned.start("x", prior) == prior
-    learned.observe("x", prior, drafted=3, accepted=1)   # first held, second missed, third never reached
+    learned.observe("x", drafted=3, accepted=1)   # first held, second missed, third never reached
     assert learned.start("x", prior) == pytest.approx([0.9, 0.4, 0.8])
     assert learned.start("x", prior + [0.5]) == pytest.approx([0.9, 0.4, 0.8, 0.5])
+    assert learned.start("x", prior[:2]) == pytest.approx([0.9, 0.4])
+    learned.observe("x", drafted=4, accepted=4)   # a longer draft: the position started later is learned too
+    assert learned.start("x", prior + [0.5])[3] == pytest.approx(0.75)
     for _ in range(10 * LEARNED_WINDOW):
-        learned.observe("x", prior, drafted=1, accepted=0)
+        learned.observe("x", drafted=1, accepted=0)
     for _ in range(LEARNED_WINDOW):
-        learned.observe("x", prior, drafted=1, accepted=1)
+        learned.observe("x", drafted=1, accepted=1)
     assert learned.start("x", prior)[0] > 0.6  # the latest window, not the whole history

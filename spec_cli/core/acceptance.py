@@ -50,16 +50,18 @@ class Learned:
         self._counts: dict[str, list[int]] = {}
 
     def start(self, source: str, prior: list[float]) -> list[float]:
-        """Where a generation's rates for `source` start: the prior where
-        nothing was seen (or past the positions seen)."""
-        seen = self._rates.get(source)
-        if seen is None:
-            return list(prior)
-        return [seen[i] if i < len(seen) else p for i, p in enumerate(prior)]
+        """Where a generation's rates for `source` start; the source is
+        kept from here, its prior (at positions not seen yet) counting as
+        one observation."""
+        rates = self._rates.setdefault(source, [])
+        counts = self._counts.setdefault(source, [])
+        rates += prior[len(rates):]
+        counts += [1] * (len(rates) - len(counts))
+        return rates[:len(prior)]
 
-    def observe(self, source: str, prior: list[float], drafted: int, accepted: int) -> None:
-        rates = self._rates.setdefault(source, list(prior))
-        counts = self._counts.setdefault(source, [1] * len(rates))
+    def observe(self, source: str, drafted: int, accepted: int) -> None:
+        """A step of `source` (started before) drafted and accepted this many."""
+        rates, counts = self._rates[source], self._counts[source]
         for i in range(min(drafted, len(rates))):
             if i > accepted:  # never reached
                 break

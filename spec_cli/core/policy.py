@@ -336,9 +336,9 @@ class Policy:
             return
         if is_lookup(proposer):
             self._learn_shift(proposer, drafted, accepted)
-        self._acc(proposer).observe(drafted, accepted)
+        self._acc(proposer).observe(drafted, accepted)  # (_acc started the source in `learned`)
         if self.learned is not None:
-            self.learned.observe(proposer, self.prior(proposer, self.k_max), drafted, accepted)
+            self.learned.observe(proposer, drafted, accepted)
         old = self.draft_s.get(proposer)
         per = draft_s / drafted if unit_s is None else unit_s
         self.draft_s[proposer] = per if old is None else old + EMA * (per - old)
