@@ -58,9 +58,23 @@ def summary(rows: list[dict], names: list[str]) -> list[dict]:
     return out
 
 
+def server(text: str) -> tuple[str, str]:
+    label, sep, url = text.partition("=")
+    if not sep or not label or not url.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not LABEL=URL (e.g. spec=http://127.0.0.1:8012)")
+    return label, url.rstrip("/")
+
+
 def main() -> None:
+    try:
+        _main()
+    except (OSError, ValueError) as e:  # a prompt file not there or not JSON lines, a server not answering
+        sys.exit(f"abload: {e}")
+
+
+def _main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", action="append", required=True, metavar="LABEL=URL",
+    ap.add_argument("--server", action="append", required=True, metavar="LABEL=URL", type=server,
                     help="a server to compare; the first is the one the ratios are against")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("-p", "--prompts", action="append", required=True)
@@ -71,7 +85,7 @@ def main() -> None:
     ap.add_argument("--offset", type=int, default=0,
                     help="prompts to skip after the warm-up ones (those an earlier run on the same servers sent)")
     args = ap.parse_args()
-    servers = dict(s.split("=", 1) for s in args.server)
+    servers = dict(args.server)
     names = list(servers)
     prompts = load_prompts(args.prompts, 10**9)
     random.Random(args.seed).shuffle(prompts)
