@@ -48,13 +48,21 @@ def pytest_configure(config):
     user's (the model files stay in the shared download cache)."""
     import sys
     import tempfile
-    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="spec-cli-test-state-")
+    config._spec_state = os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="spec-cli-test-state-")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(FAULT_DIR), os.environ.get("PYTHONPATH")) if p)
     if _unit_only(config):
         os.environ["SPEC_CLI_TEST_NO_LLAMA"] = "1"  # `import llama_cpp` fails in the processes tests start...
         sys.path.insert(0, str(FAULT_DIR))
         from sitecustomize import _NoLlama
         sys.meta_path.insert(0, _NoLlama)  # ...and in this one
+
+
+def pytest_unconfigure(config):
+    """The session's state directory goes with it (each run made one in /tmp)."""
+    import shutil
+    state = getattr(config, "_spec_state", None)
+    if state:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def pytest_ignore_collect(collection_path, config):
