@@ -82,3 +82,72 @@ def test_the_command_leaves_a_busy_core_to_its_program(smollm_path, spec_env):
     assert 1 <= json.loads(auto.stdout)["threads"] <= n - 1
     assert json.loads(fixed.stdout)["threads"] == n
     assert "llama.cpp runs" in noted.stderr and f"--threads {n}" in noted.stderr
+
+
+def test_a_recount_changes_the_count_only_where_two_idle_windows_agree(monkeypatch):
+    """A server counts the free cores again in its idle spells: one window
+    that disagrees with the count is a blip; two in a row, a change."""
+    seen = iter([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0])
+    monkeypatch.setattr(cores, "others_busy", lambda mark: next(seen))
+    monkeypatch.setattr(cores, "MIN_WINDOW_S", 0.0)
+    r = cores.Recount()
+    assert r.check(2) is None  # no window open: nothing counted
+    r.idle()
+    assert r.check(2) is None      # 1.0 busy: once
+    assert r.check(2) is None      # 0.0: the blip passed
+    assert r.check(2) is None      # 1.0
+    assert r.check(2) == (1, 1.0)  # 1.0 again: one core is taken
+    assert r.check(1) is None and r.check(1) == (2, 0.0)  # and given back
+    r.busy()  # this process computes: its window is no measure of the others
+    assert r.check(2) is None
+
+
+@LINUX
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
+                    reason="needs two cores to leave one to a spinning program")
+def test_an_idle_server_leaves_a_core_taken_since_it_started_and_takes_it_back(smollm_path, monkeypatch):
+    """`serve` counted the cores as it started; a program that takes one
+    later gets it once the server is idle, and the server takes it back
+    when the program ends -- its costs kept apart at each count."""
+    from spec_cli.llama import probe
+    from spec_cli.run.config import PairConfig
+    from spec_cli.run.runner import load_pair
+    from spec_cli.run.session import Session
+    from spec_cli.run.engine import GenConfig
+    from spec_cli.serve import worker as W
+
+    quiet = cores._Mark()
+    time.sleep(0.5)
+    if cores.others_busy(quiet) > len(cores._cores()) - 1.2:
+        pytest.skip("other programs keep this machine's cores busy: no free core to see a spinner on")
+    monkeypatch.setattr(W, "RECOUNT_S", 0.4)
+    monkeypatch.setattr(cores, "_chosen", dict(cores._chosen))  # the count goes back for the other tests
+    pair = load_pair(PairConfig(target=str(smollm_path), proposer="ngram", ctx=512, seqs=2))
+    n = pair.target.n_threads
+    worker = W.Worker(pair, W.ServeConfig(model="smollm2-135m", recount=True))
+
+    def waits_for(count: int) -> bool:
+        end = time.monotonic() + 20
+        while time.monotonic() < end and pair.target.n_threads != count:
+            time.sleep(0.1)
+        return pair.target.n_threads == count
+
+    try:
+        spin = _spinner()
+        try:
+            taken = waits_for(n - 1)
+            busy_key = pair.target.fingerprint()
+        finally:
+            spin.kill()
+            spin.wait()
+        back = waits_for(n)
+    finally:
+        worker.close()
+    assert taken and back, (n, pair.target.n_threads)
+    assert f"threads={n - 1}|" in busy_key and f"threads={n}|" in pair.target.fingerprint()
+    known = probe._read()
+    assert busy_key in known and pair.target.fingerprint() in known  # each count's costs apart
+    tokens = pair.target.vocab.tokenize("def fibonacci(n):")
+    out = Session(pair, tokens, GenConfig(max_tokens=8), pair.new_proposer()).run()
+    pair.close()
+    assert len(out.tokens) == 8

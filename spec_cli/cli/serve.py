@@ -82,7 +82,7 @@ def serve(
     # libgomp throttles once there are more than cores: docs/results.md, "Behind the code")
     worker = Worker(lambda: load(cfg, quiet=quiet, rule=rule),
                     ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft, rule=rule,
-                                spare=spare))
+                                spare=spare, recount=threads == 0 and not deterministic))
     pair = worker.pair
     try:
         from ..serve.access import Access

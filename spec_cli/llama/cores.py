@@ -20,7 +20,8 @@ MAX_WINDOW_S before its first model -- a download first, a library caller
 -- counts over a fresh quarter second instead).  Linux only; elsewhere
 every core.  The count is part of a model's key in the state files
 (facts.fingerprint), so what a busy machine taught the cost model is
-kept apart from what a quiet one did.
+kept apart from what a quiet one did.  A server counts again in its idle
+spells (`Recount`) and changes the count where two windows in a row agree.
 """
 
 from __future__ import annotations
@@ -139,3 +140,54 @@ def note(requested: int = 0) -> str | None:
     return (f"note: other programs kept {busy:.1f} of this process's {cores} cores busy as it started, "
             f"so llama.cpp runs {n} thread{'s' if n > 1 else ''} (a thread on a busy core stalls the "
             f"others); --threads {cores} uses every core")
+
+
+# -- a long-running process (serve) counts again in its idle spells ----------
+RECOUNT_S = 10.0   # an idle window this long is counted; a change must show in two in a row
+
+
+def rechoose(n: int, busy: float) -> None:
+    """The thread count from now on (Recount found it): every model's key
+    (facts.fingerprint) follows, so the costs learned at each count stay
+    apart."""
+    threads()
+    _chosen[0] = (n, busy)
+
+
+class Recount:
+    """What the cores left free are now, counted over a process's idle
+    spells (a server started beside a build or another model's load would
+    otherwise keep the count it started with for its whole life; one that
+    started on a quiet machine, a core others took since).  Only an idle
+    spell is counted: while this process computes, its own threads crowd
+    the others off the cores and the count would say nothing of them.
+    `idle()` opens a window (a no-op while one is open), `busy()` drops it,
+    `check(current)` after RECOUNT_S of it gives the count to change to
+    (None: none), once two windows in a row said the same."""
+
+    def __init__(self) -> None:
+        self._mark: _Mark | None = None
+        self._seen: int | None = None
+
+    def idle(self) -> None:
+        if self._mark is None:
+            self._mark = _Mark()
+
+    def busy(self) -> None:
+        self._mark = None
+
+    def check(self, current: int) -> tuple[int, float] | None:
+        """(threads, others' busy cores) to change to, else None."""
+        if self._mark is None or time.monotonic() - self._mark.wall < MIN_WINDOW_S:
+            return None
+        busy = others_busy(self._mark)
+        self._mark = _Mark()
+        n = free(len(self._mark.cores), busy)
+        if busy is None or n == current:
+            self._seen = None
+            return None
+        if self._seen != n:
+            self._seen = n  # once: a spell's blip; twice in a row: the machine changed
+            return None
+        self._seen = None
+        return n, busy

@@ -90,10 +90,9 @@ class Model:
         self._samplers = Samplers(self.ctx, cfg.n_seq)
         self.seq = 0
         self.tokens: list[int] = self.kv.seqs[0]  # what the sequence's KV cache holds, position by position
-        # set by probe.py: seconds per batch of n tokens (the cost model's
-        # prior) and, when deterministic, the largest bitwise-exact batch
+        # set by probe.py: seconds per batch of n tokens (the cost model's prior), the exact cap
         self.curve: dict[int, float] | None = None
-        self.verify_cap: int | None = None
+        self.verify_cap: int | None = None  # deterministic: the largest bitwise-exact batch
         self.costs = None  # the cost model learned on this model's steps (engine.py)
         self.learned = None  # each draft source's acceptance over this model's generations (engine.py)
 
@@ -133,6 +132,13 @@ class Model:
         """Identifies this file, build, placement and numerics, for caching
         what the probe measured."""
         return facts.fingerprint(self.path, self.config, self.numerics)
+
+    def set_threads(self, n: int) -> None:
+        """llama.cpp's threads for this model's contexts from now on (cores.Recount)."""
+        self.n_threads = n
+        llama_cpp.llama_set_n_threads(self.ctx, n, n)
+        if self._mtp_head is not None:
+            self._mtp_head.set_threads(n)
 
     # -- sequences -------------------------------------------------------------
     @property
@@ -299,9 +305,7 @@ class Model:
                          hint="The context may be full; try a larger --ctx.")
 
     def last_rows(self, n_rows: int) -> np.ndarray:
-        """The logits rows the last decode asked for, whole rows (not
-        candidates), as a view of llama.cpp's buffer: valid until the next
-        decode."""
+        """The last decode's logits rows, whole, as a view valid until the next decode."""
         return self._views.rows(n_rows)
 
     def _attach(self, k: int | None) -> None:
@@ -332,12 +336,9 @@ class Model:
     # -- rewinding -----------------------------------------------------------
     def truncate(self, n: int) -> None:
         """Drop KV entries from position n on.  A recurrent state cannot be
-        cut: llama.cpp rolls it back to one of its snapshots where the
-        architecture keeps them (n_rs, once per decode), else it refuses,
-        and the refusal is never ignored: the model goes back to the state
-        it saved before its last batch of several tokens and reads the
-        tokens up to n again, or, before that checkpoint, reads them all
-        again."""
+        cut: llama.cpp rolls it back to a snapshot where the architecture
+        keeps them (n_rs), else refuses, and then the model goes back to its
+        checkpoint (or to empty) and reads the tokens up to n again."""
         if n >= len(self.tokens):
             return
         at = self.kv.ckpt.usable(self.seq, n)
@@ -357,19 +358,17 @@ class Model:
         return not self.recurrent and self._tape is None
 
     def copy_seq(self, src: int, dst: int) -> bool:
-        """Make sequence `dst`'s KV cache hold what `src`'s holds (`src`
-        keeps it too): with a KV cache per sequence llama.cpp copies the
-        buffer at the next decode.  False, doing nothing, where a sequence's
-        state lives elsewhere too (recurrent layers, the MTP tape)."""
+        """Sequence `dst`'s KV cache holds what `src`'s holds (llama.cpp copies
+        the buffer at the next decode); False, nothing done, where a state
+        lives elsewhere too (recurrent layers, the MTP tape)."""
         if src == dst or not self.copyable:
             return False
         self.kv.copy(src, dst)
         return True
 
     def swap_seq(self, a: int, b: int, spare: int) -> bool:
-        """Sequences `a` and `b` exchange their KV caches, through `spare`
-        (three copy_seq; `spare` is left empty).  False, nothing done, where
-        a sequence's state lives elsewhere too."""
+        """Sequences `a` and `b` exchange their KV caches through `spare`
+        (left empty); False, nothing done, as copy_seq."""
         if len({a, b, spare}) < 3 or not self.copyable:
             return False
         self.copy_seq(a, spare)

@@ -71,6 +71,9 @@ class MTPHead:
         self._seqs: dict[int, list[int]] = {}
         self.per_token_s: float | None = None  # what a draft token costs (run.proposers.mtp)
 
+    def set_threads(self, n: int) -> None:
+        llama_cpp.llama_set_n_threads(self._ctx, n, n)
+
     @property
     def tokens(self) -> list[int]:
         return self._seqs.setdefault(self.target.seq, [])

@@ -59,6 +59,23 @@ class Pair:
         if self.draft is not None:
             probe.remember(self.draft)
 
+    def rethread(self, n: int, busy: float) -> None:
+        """Both models run `n` threads from now on (cores.Recount: the cores
+        other programs leave free changed).  What the old count taught is
+        kept under its key, and the costs are the new count's: remembered
+        from an earlier run at it, else timed now (probe.load)."""
+        from ..llama import cores, probe
+
+        self.remember()
+        cores.rechoose(n, busy)
+        for m in (self.target, self.draft):
+            if m is not None:
+                m.set_threads(n)
+                m.curve = m.costs = None
+        probe.load(self.target)
+        if self.draft is not None:
+            probe.load(self.draft, like=self.target)
+
     def use(self, seq: int) -> None:
         """Both models decode in sequence `seq` from now on (llama.Model.use)."""
         self.target.use(seq)

@@ -25,6 +25,7 @@ from .access import READ_S
 from ..core.tools import StreamFilter
 from .api import ApiError, Request, internal, parse_chat, parse_completion, parse_infill
 from . import utility
+from .metrics import slot_views
 from .replies import Reply
 from .worker import Job, Worker
 
@@ -197,7 +198,7 @@ class _Routes:
         """Each slot (a KV sequence of its own): idle, or whom it serves now
         and how far it got -- llama-server's /slots, in spec-cli's words."""
         self.guard(request)
-        return JSONResponse(self.worker.slot_views())
+        return JSONResponse(slot_views(self.worker))
 
     async def models(self, request: HttpRequest) -> Response:
         self.guard(request)

@@ -1,10 +1,12 @@
 """What `/metrics` says, in Prometheus' text format (version 0.0.4): the
 server's counters since it started, and its gauges now.  The worker
-thread counts; the event loop renders (a lock between them)."""
+thread counts; the event loop renders (a lock between them).  And what
+`/slots` says (`slot_views`)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 from ..core.stats import origin
@@ -139,3 +141,21 @@ def _num(v) -> str:
 
 def _escape(s: str) -> str:
     return s.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def slot_views(worker) -> list[dict]:
+    """What /slots shows of `worker` (serve.worker.Worker): each slot, idle
+    or running (a snapshot; the worker thread moves on meanwhile)."""
+    t = worker.pair.target
+    out = []
+    for seq, r in enumerate(list(worker.slots)):
+        view = {"id": seq, "busy": r is not None, "cached_tokens": len(t.held(seq))}
+        if r is not None:
+            st = r.session.stats
+            view.update({"kind": r.job.req.kind, "stream": r.job.req.stream,
+                         "prompt_tokens": len(r.session.prompt), "reading_prompt": r.stream.reading,
+                         "generated_tokens": st.tokens, "drafted": st.drafted, "accepted": st.accepted,
+                         "seconds": round(time.monotonic() - r.started, 3),
+                         "max_tokens": r.session.gen.max_tokens})
+        out.append(view)
+    return out

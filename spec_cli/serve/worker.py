@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..core.tokens import common_prefix
+from ..llama.cores import RECOUNT_S, Recount
 from ..errors import SpecError
 from ..run.batch import Batch, Stream
 from ..run.editor import EditorStops
@@ -61,6 +62,7 @@ class ServeConfig:
     # through (Pair.swap_seq: choose_slot)
     spare: bool = False
     proposer: str | None = None  # what drafts for every request (None: the pair's own; bench compares others)
+    recount: bool = False  # count the free cores again in idle spells (llama.cores.Recount; serve, no --threads)
 
 
 class Job:
@@ -215,37 +217,38 @@ class Worker:
             self._cv.notify_all()
         self._thread.join(timeout)
 
-    def slot_views(self) -> list[dict]:
-        """What /slots shows: each slot, idle or running (a snapshot; the
-        worker thread moves on meanwhile)."""
-        t = self.pair.target
-        out = []
-        for seq, r in enumerate(list(self.slots)):
-            view = {"id": seq, "busy": r is not None, "cached_tokens": len(t.held(seq))}
-            if r is not None:
-                st = r.session.stats
-                view.update({"kind": r.job.req.kind, "stream": r.job.req.stream,
-                             "prompt_tokens": len(r.session.prompt), "reading_prompt": r.stream.reading,
-                             "generated_tokens": st.tokens, "drafted": st.drafted, "accepted": st.accepted,
-                             "seconds": round(time.monotonic() - r.started, 3),
-                             "max_tokens": r.session.gen.max_tokens})
-            out.append(view)
-        return out
-
     # -- the loop -----------------------------------------------------------------
     def _loop(self) -> None:
+        recount = Recount() if self.cfg.recount else None
         while True:
+            change = None
             with self._cv:
-                while not self.waiting and not self.busy and not self._closed:
-                    self._cv.wait()
+                while not self.waiting and not self.busy and not self._closed and change is None:
+                    if recount is None:
+                        self._cv.wait()
+                        continue
+                    recount.idle()
+                    if not self._cv.wait(RECOUNT_S):
+                        change = recount.check(self.pair.target.n_threads)
                 if self._closed and not self.busy:
                     return
+                if recount is not None and change is None:
+                    recount.busy()
                 arrived = []
-                while self.waiting and self.busy + len(arrived) < self.parallel and not self._closed:
+                while change is None and self.waiting and self.busy + len(arrived) < self.parallel and not self._closed:
                     arrived.append((self._editors or self._others).popleft())
+            if change is not None:  # idle: the requests that come meanwhile wait in the queue
+                self._rethread(*change)
+                continue
             for i, job in enumerate(arrived):
                 self._start(job, coming=len(arrived) - i - 1 + self.waiting)
             self._round()
+
+    def _rethread(self, n: int, busy: float) -> None:
+        """The pair runs `n` threads from now on (Pair.rethread), said in the log."""
+        log.warning("other programs now keep %.1f of this process's cores busy: llama.cpp runs %d thread%s "
+                    "from now on", busy, n, "s" if n > 1 else "")
+        self.pair.rethread(n, busy)
 
     def _start(self, job: Job, coming: int = 0) -> None:
         """`job` takes a slot and joins the batch; every error is an event."""
