@@ -248,7 +248,10 @@ class Worker:
         """The pair runs `n` threads from now on (Pair.rethread), said in the log."""
         log.warning("other programs now keep %.1f of this process's cores busy: llama.cpp runs %d thread%s "
                     "from now on", busy, n, "s" if n > 1 else "")
-        self.pair.rethread(n, busy)
+        try:
+            self.pair.rethread(n, busy)
+        except Exception:  # a bug: say so, keep serving at whatever count the models have
+            log.exception("changing the thread count failed")
 
     def _start(self, job: Job, coming: int = 0) -> None:
         """`job` takes a slot and joins the batch; every error is an event."""
