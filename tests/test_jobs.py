@@ -240,3 +240,15 @@ def test_an_engine_failure_is_not_written_so_a_resume_retries_it(tmp_path):
     plan.close()
     assert (plan.tally["not_run"], plan.tally["failed"]) == (1, 1)
     assert AnswerLog(out).answered == {"b": False}
+
+
+def test_the_sequences_a_batch_asks_for_are_lowered_to_what_memory_holds():
+    from spec_cli.llama.memory import fit
+
+    mib = 1 << 20
+    assert fit(17, 160 * mib, 1500 * mib, None) == 17          # nothing known: as asked
+    assert fit(17, 160 * mib, 1500 * mib, 24 << 30) == 17      # 24 GiB free: all of them
+    assert fit(17, 160 * mib, 1500 * mib, 4 << 30) == 3        # 2 GiB for weights and caches: three
+    assert fit(17, 160 * mib, 1500 * mib, 2 << 30) == 1        # not even one: one, as a single request would
+    assert fit(17, 0, 1500 * mib, 2 << 30) == 17               # no attention layers read: as asked
+

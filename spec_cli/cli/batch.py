@@ -19,7 +19,7 @@ from ..run.config import PairConfig
 from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, DEFAULT_TARGET, Ctx, Deterministic, Draft,
                      DraftGpuLayers, DraftMax, Fixed, GpuLayers, MaxTokens, MinP, PMin, ProposerName, Quiet, Rpc,
                      Rule, Seed, Target, TensorSplit, Temp, Threads, TopK, TopP, load, model_name, placement, sampling,
-                     Parallel, Raw, Stops, System)
+                     Raw, Stops, System)
 from .common import FrequencyPenalty, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
 
 
@@ -32,11 +32,15 @@ Output = Annotated[Optional[Path], typer.Option(
                            "beside each prompt). Default for a file: stdout.")]
 Ordered = Annotated[bool, typer.Option("--ordered", help="Write the answers in input order (default: as "
                                                          "they finish, each with its custom_id).")]
+BatchParallel = Annotated[int, typer.Option(
+    "--parallel", "-np", min=1, max=64, metavar="N",
+    help="Requests generated at once, all in one target batch a step (each costs a --ctx of KV cache in "
+         "each model: fewer where the memory free now would not hold them).")]
 SummaryJson = Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")]
 
 
 def batch(
-    source: Input, output: Output = None, ordered: Ordered = False, parallel: Parallel = 8,
+    source: Input, output: Output = None, ordered: Ordered = False, parallel: BatchParallel = 16,
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P,
     seed: Seed = None, max_tokens: MaxTokens = 256,
@@ -77,7 +81,7 @@ def batch(
         spare = n > 1 and not deterministic
         cfg = PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
                          **placement(rpc, tensor_split), gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                         p_min=p_min, deterministic=deterministic, seqs=n + spare)
+                         p_min=p_min, deterministic=deterministic, seqs=n + spare, fit_memory=True)
         summary = _run(plan, todo, cfg, quiet=quiet, rule=rule, draft_max=draft_max, adaptive=not fixed_draft,
                        spare=spare)
     else:

@@ -26,3 +26,6 @@ class PairConfig:
     rpc: tuple[str, ...] = ()
     tensor_split: tuple[float, ...] = ()
     seqs: int = 1  # sequences per context, each with a KV cache of `ctx` tokens (serve: 2, editors apart)
+    # `seqs` is the most: fewer where the memory free as the pair loads would
+    # not hold their KV caches (llama.memory; batch)
+    fit_memory: bool = False

@@ -182,14 +182,18 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
     if draft_arg is not None and wants_draft:
         draft_path = resolve(draft_arg, registry=registry, progress=progress(draft_arg) if progress else None)
     verdict = cpucheck.verdict(min((p for p in (target_path, draft_path) if p is not None), key=_size))
+    seqs = _seqs(cfg, [p for p in (target_path, draft_path) if p is not None])
     common = dict(n_ctx=cfg.ctx, n_threads=cfg.threads, deterministic=cfg.deterministic,
-                  extra_bufts=verdict.bufts, n_seq=cfg.seqs)
+                  extra_bufts=verdict.bufts, n_seq=seqs)
     # the draft's numerics decide acceptance, never the output; the same
     # mode as the target's keeps a model drafting for itself always right
     plan = Plan(target_path, LoadConfig(gpu_layers=cfg.gpu_layers, mtp=use_mtp, rpc=cfg.rpc,
                                         tensor_split=cfg.tensor_split, **common), draft_arg, draft_path,
                 LoadConfig(gpu_layers=cfg.draft_gpu_layers, **common), use_mtp,
                 [n for n in (verdict.note, cores.note(cfg.threads)) if n])
+    if seqs < cfg.seqs:
+        plan.notes.append(f"note: the memory free now holds the KV caches of {seqs} sequences of {cfg.ctx} "
+                          f"tokens, not {cfg.seqs}: fewer requests run at once (a smaller --ctx lets more)")
     if use_mtp and draft_arg is None:
         plan.notes.append(f"note: {target_path.name} drafts with its own multi-token-prediction layers "
                           f"({n_mtp} block{'s' if n_mtp > 1 else ''}; no draft model)")
@@ -201,6 +205,16 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
         if not plan.defer:
             plan.leave_out_if_unpaying(cfg)
     return plan
+
+
+def _seqs(cfg: PairConfig, paths: list[Path]) -> int:
+    """The sequences each context gets: `cfg.seqs`, or fewer where it asks
+    that memory decide (PairConfig.fit_memory)."""
+    if not cfg.fit_memory or cfg.seqs <= 1:
+        return cfg.seqs
+    from ..llama.memory import seqs_that_fit
+
+    return seqs_that_fit(cfg.seqs, cfg.ctx, paths)
 
 
 def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int], None]] | None = None) -> Pair:
