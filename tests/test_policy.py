@@ -561,3 +561,15 @@ def test_learned_acceptance_counts_the_prior_as_one_observation_and_follows_a_wi
     for _ in range(LEARNED_WINDOW):
         learned.observe("x", drafted=1, accepted=1)
     assert learned.start("x", prior)[0] > 0.6  # the latest window, not the whole history
+
+
+def test_a_draft_made_together_for_many_requests_pays_only_where_their_rows_are_cheap():
+    from spec_cli.core.batching import pays_together
+
+    cpu = lambda n: 0.05 + 0.01 * n  # noqa: E731  rows cost nearly what tokens do
+    gpu = lambda n: 0.02 + 0.0001 * n  # noqa: E731  rows nearly free
+    assert pays_together(cpu, 0.005, 1, 8, 1.3)          # one request: a cheap, always-right draft pays
+    assert not pays_together(cpu, 0.005, 16, 8, 1.3)     # sixteen: 2n rows cost nearly twice n
+    assert pays_together(gpu, 0.002, 16, 8, 1.3)
+    assert not pays_together(gpu, 0.05, 16, 8, 1.3)      # a draft as slow as the target never does
+

@@ -167,6 +167,30 @@ def test_a_draft_that_could_never_pay_here_is_not_loaded(state, tmp_path):
     assert "0.97 of a target token" in probe.draft_cannot_pay(target, cfg, draft, cfg)  # a plausible one is
 
 
+def test_a_draft_that_pays_for_one_request_but_not_for_a_batch_of_many_is_not_loaded_for_the_batch(state, tmp_path):
+    """`batch` keeps many requests running: on a CPU, where a batch of 2n
+    rows costs nearly twice one of n, a draft model could not pay there
+    even where it pays for a request alone; on a GPU's flat curve it can."""
+    from spec_cli.llama.facts import LoadConfig, fingerprint
+
+    target, draft = tmp_path / "target.gguf", tmp_path / "draft.gguf"
+    target.write_bytes(b"GGUF" + bytes(1100))
+    draft.write_bytes(b"GGUF" + bytes(450))
+    cfg = LoadConfig(extra_bufts="all")
+    state.parent.mkdir(parents=True)
+
+    def remember(curve):
+        state.write_text(json.dumps({fingerprint(target, cfg): {"curve": curve, "verify_cap": None}}))
+
+    remember({"1": 0.075, "2": 0.098, "4": 0.093, "8": 0.165, "17": 0.21})  # this 2-core VM's, remembered
+    assert probe.draft_cannot_pay(target, cfg, draft, cfg) is None  # alone it could pay
+    assert probe.draft_cannot_pay(target, cfg, draft, cfg, together=2) is None
+    why = probe.draft_cannot_pay(target, cfg, draft, cfg, together=16)
+    assert why and "with 16 requests at once a target batch of 32 rows costs" in why
+    remember({"1": 0.010, "2": 0.0101, "4": 0.0102, "8": 0.0104, "17": 0.0108})  # a GPU's
+    assert probe.draft_cannot_pay(target, cfg, draft, cfg, together=16) is None
+
+
 def test_the_command_leaves_out_a_draft_that_cannot_pay_and_says_so(smollm_path, spec_env, tmp_path):
     import subprocess
     import sys

@@ -81,7 +81,8 @@ def batch(
         spare = n > 1 and not deterministic
         cfg = PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
                          **placement(rpc, tensor_split), gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                         p_min=p_min, deterministic=deterministic, seqs=n + spare, fit_memory=True)
+                         p_min=p_min, deterministic=deterministic, seqs=n + spare, fit_memory=True,
+                         together=n)
         summary = _run(plan, todo, cfg, quiet=quiet, rule=rule, draft_max=draft_max, adaptive=not fixed_draft,
                        spare=spare)
     else:

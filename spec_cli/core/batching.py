@@ -51,6 +51,18 @@ def pooled_s(lengths, d: float, price) -> float:
     return sum(d * price(sum(n > j for n in lengths)) / c1 for j in range(max(lengths)))
 
 
+def pays_together(price, d: float, n: int, k_max: int, margin: float = 1.0) -> bool:
+    """Could `n` requests each drafting k tokens (1 <= k <= k_max) that are
+    all accepted, made together by one draft model (pooled_s, `d` seconds a
+    token alone) and verified in one pass, make `margin` times the tokens a
+    second of their plain steps?  (Where not, a draft model is no use to a
+    batch that keeps n requests running: on a CPU, rows cost nearly what
+    tokens do from a few requests on.)"""
+    plain = n / price(n)
+    return any(n * (k + 1) / (price(n * (k + 1)) + pooled_s([k] * n, d, price)) > margin * plain
+               for k in range(1, k_max + 1))
+
+
 def trim_drafts(fixed, drafts, price) -> list[int]:
     """The batch's plan made no slower: each request chose its draft in turn
     (Load), so together the drafts may split the batch into passes that

@@ -204,14 +204,17 @@ def recall(path: Path, cfg) -> dict[int, float] | None:
         return None
 
 
-def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: int = 16) -> str | None:
+def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: int = 16,
+                     together: int = 1) -> str | None:
     """Why a draft model could never pay here, from what earlier runs
     remembered, before either model loads; None where it could, or where
     nothing is known yet.  The draft's cost per token is what its drafts
     measured, else the target's cost scaled by the files' sizes (a small
     model pays more than its size on a busy or compute-bound CPU: its
     measured cost is the one to believe; `--proposer draft` measures it
-    again)."""
+    again).  `together`: the requests a batch keeps running at once, each
+    drafting with the others (core.batching.pays_together)."""
+    from ..core.batching import pays_together
     from ..core.cost import CostModel, can_pay
 
     curve = recall(target, target_cfg)
@@ -228,11 +231,16 @@ def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: in
         # cost (spec-cli before its bounded learning kept such): loaded, it is measured again
         d = ratio * curve[1]
     cost = CostModel.from_timings(curve, k_max + 1)
-    if can_pay(cost, d, k_max, margin=LOAD_MARGIN):
-        return None
-    return (f"a draft token costs {d / curve[1]:.2f} of a target token and a batch of two "
-            f"{cost.c(2) / cost.c(1):.2f} here, so even a draft that is always right would gain "
-            f"less than {LOAD_MARGIN}x")
+    if not can_pay(cost, d, k_max, margin=LOAD_MARGIN):
+        return (f"a draft token costs {d / curve[1]:.2f} of a target token and a batch of two "
+                f"{cost.c(2) / cost.c(1):.2f} here, so even a draft that is always right would gain "
+                f"less than {LOAD_MARGIN}x")
+    n = together
+    wide = CostModel.from_timings(curve, n * (k_max + 1))  # past the sizes known: their slope
+    if n > 1 and not pays_together(wide.c, d, n, k_max, LOAD_MARGIN):
+        return (f"with {n} requests at once a target batch of {2 * n} rows costs {wide.c(2 * n) / wide.c(n):.2f} "
+                f"of one of {n} here, so even a draft that is always right would gain less than {LOAD_MARGIN}x")
+    return None
 
 
 def remember(model: Model) -> None:

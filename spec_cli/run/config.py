@@ -29,3 +29,6 @@ class PairConfig:
     # `seqs` is the most: fewer where the memory free as the pair loads would
     # not hold their KV caches (llama.memory; batch)
     fit_memory: bool = False
+    # the requests kept running at once (batch: all its slots): a draft model
+    # that could not pay at that many is left out as one that never could
+    together: int = 1

@@ -138,7 +138,8 @@ class Plan:
         from ..llama import probe
         from ..llama.gguf import token_digest
 
-        unpaying = probe.draft_cannot_pay(self.target_path, self.target_cfg, self.draft_path, self.draft_cfg)
+        unpaying = probe.draft_cannot_pay(self.target_path, self.target_cfg, self.draft_path, self.draft_cfg,
+                                          together=min(cfg.together, self.target_cfg.n_seq))
         if unpaying and token_digest(self.target_path) == token_digest(self.draft_path) is not None:
             self.draft_pays = False
             if cfg.draft_if_it_pays:
