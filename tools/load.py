@@ -27,6 +27,7 @@ import argparse
 import json
 import statistics
 import threading
+import sys
 import time
 import urllib.request
 
@@ -122,6 +123,13 @@ def run(url: str, prompts: list[str], clients: int, max_tokens: int, editor: tup
 
 
 def main() -> None:
+    try:
+        _main()
+    except (OSError, ValueError, KeyError) as e:  # a prompt file not there or not JSON lines, a server not answering
+        sys.exit(f"load: {e}")
+
+
+def _main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", required=True)
     ap.add_argument("--clients", default="1,2,4,8")
