@@ -84,37 +84,39 @@ def test_the_command_leaves_a_busy_core_to_its_program(smollm_path, spec_env):
     assert "llama.cpp runs" in noted.stderr and f"--threads {n}" in noted.stderr
 
 
-def test_a_recount_changes_the_count_only_where_two_idle_windows_agree(monkeypatch):
+def test_a_recount_gives_more_threads_only_where_two_idle_windows_agree_and_never_fewer(monkeypatch):
     """A server counts the free cores again in its idle spells: one window
-    that disagrees with the count is a blip; two in a row, a change."""
-    seen = iter([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0])
+    that finds a core free again is a blip, two in a row a change; cores
+    others use while it is idle never take a thread away (they may be idle
+    whenever it computes: two servers used in turn)."""
+    seen = iter([0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0])
     monkeypatch.setattr(cores, "others_busy", lambda mark: next(seen))
     monkeypatch.setattr(cores, "MIN_WINDOW_S", 0.0)
     r = cores.Recount()
-    assert r.check(2) is None  # no window open: nothing counted
+    assert r.check(1) is None  # no window open: nothing counted
     r.idle()
-    assert r.check(2) is None      # 1.0 busy: once
-    assert r.check(2) is None      # 0.0: the blip passed
-    assert r.check(2) is None      # 1.0
-    assert r.check(2) == (1, 1.0)  # 1.0 again: one core is taken
-    assert r.check(1) is None and r.check(1) == (2, 0.0)  # and given back
+    assert r.check(1) is None      # 0.0 busy: once
+    assert r.check(1) is None      # 1.0: the quiet spell was a blip
+    assert r.check(1) is None      # 0.0
+    assert r.check(1) == (2, 0.0)  # 0.0 again: the core is free
+    assert r.check(2) is None and r.check(2) is None and r.check(2) is None  # others busy: never fewer
     r.busy()  # this process computes: its window is no measure of the others
-    assert r.check(2) is None
+    assert r.check(1) is None
 
 
 @LINUX
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
                     reason="needs two cores to leave one to a spinning program")
-def test_an_idle_server_leaves_a_core_taken_since_it_started_and_takes_it_back(smollm_path, monkeypatch):
-    """`serve` counted the cores as it started; a program that takes one
-    later gets it once the server is idle, and the server takes it back
-    when the program ends -- its costs kept apart at each count."""
-    from spec_cli.llama import probe
+def test_an_idle_server_takes_back_a_core_that_was_busy_as_it_started(smollm_path, monkeypatch):
+    """`serve` counted the cores as it started, beside a busy program: it
+    keeps fewer threads while that program runs, and takes the core back
+    once the program has ended -- its costs kept apart at each count."""
     from spec_cli.run.config import PairConfig
     from spec_cli.run.runner import load_pair
     from spec_cli.run.session import Session
     from spec_cli.run.engine import GenConfig
     from spec_cli.serve import worker as W
+    from spec_cli.llama import probe
 
     quiet = cores._Mark()
     time.sleep(0.5)
@@ -124,26 +126,24 @@ def test_an_idle_server_leaves_a_core_taken_since_it_started_and_takes_it_back(s
     monkeypatch.setattr(cores, "_chosen", dict(cores._chosen))  # the count goes back for the other tests
     pair = load_pair(PairConfig(target=str(smollm_path), proposer="ngram", ctx=512, seqs=2))
     n = pair.target.n_threads
-    worker = W.Worker(pair, W.ServeConfig(model="smollm2-135m", recount=True))
-
-    def waits_for(count: int) -> bool:
-        end = time.monotonic() + 20
-        while time.monotonic() < end and pair.target.n_threads != count:
-            time.sleep(0.1)
-        return pair.target.n_threads == count
-
+    spin = _spinner()
     try:
-        spin = _spinner()
-        try:
-            taken = waits_for(n - 1)
-            busy_key = pair.target.fingerprint()
-        finally:
-            spin.kill()
-            spin.wait()
-        back = waits_for(n)
+        time.sleep(0.3)
+        pair.rethread(n - 1, 1.0)  # as a start beside the spinner counts
+        busy_key = pair.target.fingerprint()
+        worker = W.Worker(pair, W.ServeConfig(model="smollm2-135m", recount=True))
+        time.sleep(2.0)  # five windows with the spinner: no core comes back
+        kept = pair.target.n_threads
+    finally:
+        spin.kill()
+        spin.wait()
+    try:
+        end = time.monotonic() + 20
+        while time.monotonic() < end and pair.target.n_threads != n:
+            time.sleep(0.1)
     finally:
         worker.close()
-    assert taken and back, (n, pair.target.n_threads)
+    assert kept == n - 1 and pair.target.n_threads == n
     assert f"threads={n - 1}|" in busy_key and f"threads={n}|" in pair.target.fingerprint()
     known = probe._read()
     assert busy_key in known and pair.target.fingerprint() in known  # each count's costs apart

@@ -21,7 +21,8 @@ MAX_WINDOW_S before its first model -- a download first, a library caller
 every core.  The count is part of a model's key in the state files
 (facts.fingerprint), so what a busy machine taught the cost model is
 kept apart from what a quiet one did.  A server counts again in its idle
-spells (`Recount`) and changes the count where two windows in a row agree.
+spells (`Recount`) and takes more threads where two windows in a row
+find the cores others had taken free again (never fewer: see Recount).
 """
 
 from __future__ import annotations
@@ -155,15 +156,19 @@ def rechoose(n: int, busy: float) -> None:
 
 
 class Recount:
-    """What the cores left free are now, counted over a process's idle
-    spells (a server started beside a build or another model's load would
-    otherwise keep the count it started with for its whole life; one that
-    started on a quiet machine, a core others took since).  Only an idle
-    spell is counted: while this process computes, its own threads crowd
-    the others off the cores and the count would say nothing of them.
-    `idle()` opens a window (a no-op while one is open), `busy()` drops it,
-    `check(current)` after RECOUNT_S of it gives the count to change to
-    (None: none), once two windows in a row said the same."""
+    """More threads once other programs leave this process's cores free
+    again, counted over its idle spells: a server started beside a build or
+    another model's load would otherwise keep the count it started with
+    for its whole life.  Only upward: what others do while this process is
+    idle says nothing of what they do while it computes (two servers used
+    in turn each see the other busy in their idle spells, and would each
+    drop a thread for nothing), whereas a machine quiet while it is idle is
+    the machine a fresh start would have counted.  Only an idle spell is
+    counted: while this process computes, its own threads crowd the others
+    off the cores.  `idle()` opens a window (a no-op while one is open),
+    `busy()` drops it, `check(current)` after RECOUNT_S of it gives the
+    count to change to (None: none), once two windows in a row said the
+    same."""
 
     def __init__(self) -> None:
         self._mark: _Mark | None = None
@@ -183,7 +188,7 @@ class Recount:
         busy = others_busy(self._mark)
         self._mark = _Mark()
         n = free(len(self._mark.cores), busy)
-        if busy is None or n == current:
+        if busy is None or n <= current:
             self._seen = None
             return None
         if self._seen != n:
