@@ -236,8 +236,10 @@ def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: in
                 f"{cost.c(2) / cost.c(1):.2f} here, so even a draft that is always right would gain "
                 f"less than {LOAD_MARGIN}x")
     n = together
+    if n <= 1:
+        return None
     wide = CostModel.from_timings(curve, n * (k_max + 1))  # past the sizes known: their slope
-    if n > 1 and not pays_together(wide.c, d, n, k_max, LOAD_MARGIN):
+    if not pays_together(wide.c, d, n, k_max, LOAD_MARGIN):
         return (f"with {n} requests at once a target batch of {2 * n} rows costs {wide.c(2 * n) / wide.c(n):.2f} "
                 f"of one of {n} here, so even a draft that is always right would gain less than {LOAD_MARGIN}x")
     return None
