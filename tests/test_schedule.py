@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from spec_cli.core.batching import Load
+from spec_cli.core.batching import Load, passes
 from spec_cli.core.cost import CostModel
 from spec_cli.run import round as rounds
 from spec_cli.run import schedule
@@ -41,10 +41,40 @@ class Req:
 def test_a_new_prompt_is_read_a_chunk_a_round_beside_running_requests_and_whole_when_alone():
     running, new = Req(0), Req(1, reading=True, unread=list(range(500)))
     parts = schedule.reading_parts([running, new], chunk=128, n_batch=512, price=CPU)
-    assert [(s, len(t)) for s, t in parts] == [(new, 128)]
+    assert [(s, len(t)) for s, t in parts] == [(new, 129)]  # one row in the running one's pass: 128 in its own
     parts = schedule.reading_parts([new], chunk=128, n_batch=512, price=CPU)
     assert [len(t) for _, t in parts] == [500]  # no one waits: as much as a batch holds
     assert schedule.reading_parts([running], chunk=128, n_batch=512, price=CPU) == []
+
+
+def test_a_chunk_is_lengthened_or_shortened_so_that_each_pass_is_a_whole_number_of_tiles():
+    q = schedule.ROW_QUANTUM
+    running = [Req(i) for i in range(7)]
+    new = Req(7, reading=True, unread=list(range(1000)))
+    parts = schedule.reading_parts([*running, new], chunk=128, n_batch=512, price=CPU)
+    assert len(parts[0][1]) == 129
+    assert passes([(r.seq, 1) for r in running] + [(7, 129)]) == [8, 128]
+    # apart from the running ones (a gap in the sequences): its own pass is the chunk
+    apart = Req(9, reading=True, unread=list(range(1000)))
+    assert [len(t) for _, t in schedule.reading_parts([*running, apart], chunk=128, n_batch=512, price=CPU)] == [128]
+    # two reading side by side: only the last chunk moves, and where no move of
+    # fewer than q tokens evens out every pass, the chunks stay as they were
+    a, b = Req(7, reading=True, unread=list(range(100))), Req(8, reading=True, unread=list(range(1000)))
+    parts = schedule.reading_parts([*running, a, b], chunk=128, n_batch=512, price=CPU)
+    assert [len(t) for _, t in parts] == [100, 28]
+    a.unread = list(range(113))  # [113, 15] would make passes [9, 28, 98]; b two longer, [9, 32, 96]
+    parts = schedule.reading_parts([*running, a, b], chunk=128, n_batch=512, price=CPU)
+    assert [len(t) for _, t in parts] == [113, 17]
+    assert passes([(r.seq, 1) for r in running] + [(7, 113), (8, 17)]) == [9, 32, 96]
+    # a chunk that ends its prompt is read as it is; so is one with no one running beside it
+    end = Req(7, reading=True, unread=list(range(50)))
+    assert [len(t) for _, t in schedule.reading_parts([*running, end], chunk=128, n_batch=512, price=CPU)] == [50]
+    assert [len(t) for _, t in schedule.reading_parts([new], chunk=128, n_batch=512, price=CPU)] == [512]
+    # never past what a batch holds
+    full = [Req(i, k=60) for i in range(7)]
+    parts = schedule.reading_parts([*full, Req(7, reading=True, unread=list(range(1000)))], chunk=128,
+                                   n_batch=7 * 61 + 128, price=CPU)
+    assert len(parts[0][1]) <= 128
 
 
 def test_an_editor_reads_all_that_fits_and_the_others_chunks_wait_for_it():

@@ -6,7 +6,8 @@ is touched here, so every rule is unit-tested with fake requests.
 
   * prompt chunks (`reading_parts`): a request that has just arrived reads
     its prompt a chunk a round, beside the others' rows, so that a long
-    prompt does not hold up their tokens; an editor's all that fits;
+    prompt does not hold up their tokens; an editor's all that fits; a
+    chunk's passes a whole number of tiles (`aligned`);
   * editors' pace (`editors_behind`, `editors_allow`, `pace`): an editor's
     request (/infill) whose rounds have taken more than EDITOR_PACE times
     what they would have cost it alone gets rounds of editors only until it
@@ -38,6 +39,10 @@ FAIR_TOKENS = 4.0
 # is back within (the others wait: an editor's latency comes first)
 EDITOR_PACE = 1.25
 EDITOR_CHUNK = 16  # the least of another's prompt read beside a running editor (editors_allow)
+# a pass over the weights of a multiple of this many rows takes llama.cpp's
+# whole-tile kernels: one row fewer costs more (docs/results.md, "Prompt
+# chunks a whole number of tiles")
+ROW_QUANTUM = 16
 
 Price = Callable[[int], float]
 
@@ -71,6 +76,30 @@ def reading_parts(streams: Sequence, *, chunk: int, n_batch: int, price: Price |
             budget -= len(take)
             room -= len(take)
             allow -= 0 if s.editor else len(take)
+    if parts and not parts[-1][0].editor and allow == float("inf") and any(not s.reading for s in streams):
+        return aligned(parts, streams, n_batch)
+    return parts
+
+
+def aligned(parts: list, streams: Sequence, n_batch: int) -> list:
+    """`parts` with the last chunk made a few tokens longer or shorter
+    (fewer than ROW_QUANTUM) so that every pass llama.cpp makes over the
+    round's rows, the running requests taken at one row each, is a whole
+    number of ROW_QUANTUM rows where it is more than one: beside running
+    requests a chunk of 128 shares one row with their pass and reads 127
+    in its own.  A chunk that ends its prompt stays as it is; one is made
+    longer only where the running requests' longest drafts still fit."""
+    s, take = parts[-1]
+    if len(take) == len(s.unread):
+        return parts
+    base = [(o.seq, 1) for o in streams if not o.reading] + [(o.seq, len(t)) for o, t in parts[:-1]]
+    # what the round may hold besides: each running request's longest draft
+    used = sum(o.limit() + 1 for o in streams if not o.reading) + sum(len(t) for _, t in parts[:-1])
+    for d in sorted(range(1 - ROW_QUANTUM, ROW_QUANTUM), key=lambda d: (abs(d), -d)):
+        n = len(take) + d
+        if 1 <= n <= len(s.unread) and used + n <= n_batch and all(
+                p % ROW_QUANTUM == 0 for p in passes(base + [(s.seq, n)]) if p > ROW_QUANTUM):
+            return parts[:-1] + [(s, s.unread[:n])]
     return parts
 
 
