@@ -77,27 +77,26 @@ def reading_parts(streams: Sequence, *, chunk: int, n_batch: int, price: Price |
             room -= len(take)
             allow -= 0 if s.editor else len(take)
     if parts and not parts[-1][0].editor and allow == float("inf") and any(not s.reading for s in streams):
-        return aligned(parts, streams, n_batch)
+        return aligned(parts, streams, room + len(parts[-1][1]))
     return parts
 
 
-def aligned(parts: list, streams: Sequence, n_batch: int) -> list:
+def aligned(parts: list, streams: Sequence, most: int) -> list:
     """`parts` with the last chunk made a few tokens longer or shorter
     (fewer than ROW_QUANTUM) so that every pass llama.cpp makes over the
     round's rows, the running requests taken at one row each, is a whole
     number of ROW_QUANTUM rows where it is more than one: beside running
     requests a chunk of 128 shares one row with their pass and reads 127
-    in its own.  A chunk that ends its prompt stays as it is; one is made
-    longer only where the running requests' longest drafts still fit."""
+    in its own.  A chunk that ends its prompt stays as it is; none is made
+    longer than `most` (what the batch holds beside the running requests'
+    longest drafts and the other chunks)."""
     s, take = parts[-1]
     if len(take) == len(s.unread):
         return parts
     base = [(o.seq, 1) for o in streams if not o.reading] + [(o.seq, len(t)) for o, t in parts[:-1]]
-    # what the round may hold besides: each running request's longest draft
-    used = sum(o.limit() + 1 for o in streams if not o.reading) + sum(len(t) for _, t in parts[:-1])
     for d in sorted(range(1 - ROW_QUANTUM, ROW_QUANTUM), key=lambda d: (abs(d), -d)):
         n = len(take) + d
-        if 1 <= n <= len(s.unread) and used + n <= n_batch and all(
+        if 1 <= n <= min(len(s.unread), most) and all(
                 p % ROW_QUANTUM == 0 for p in passes(base + [(s.seq, n)]) if p > ROW_QUANTUM):
             return parts[:-1] + [(s, s.unread[:n])]
     return parts
