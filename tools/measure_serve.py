@@ -47,13 +47,13 @@ CASES = [
 ]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _post(url: str, body: dict) -> tuple[dict, float]:
+def post(url: str, body: dict) -> tuple[dict, float]:
     req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     t0 = time.perf_counter()
     with urllib.request.urlopen(req, timeout=600) as r:
@@ -82,6 +82,26 @@ def _complete_cli(args: list[str], prefix: str, suffix: str, env: dict) -> tuple
     return res.stdout, seconds
 
 
+def start_serve(args: list[str], env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """`spec-cli serve ARGS` on a free loopback port, once its /health
+    answers: (the process, its base URL).  Exits with its stderr if it
+    ends or is not up within 15 minutes."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "spec_cli", "serve", *args, "--port", str(port), "--quiet"],
+                              env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 900
+    while True:
+        try:
+            urllib.request.urlopen(base + "/health", timeout=5).read()
+            return server, base
+        except OSError:
+            if server.poll() is not None or time.time() > deadline:
+                server.kill()
+                raise SystemExit(f"the server did not start: {server.stderr.read()}")
+            time.sleep(0.5)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
@@ -92,23 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--serve-arg", action="append", default=[], help="an extra argument for spec-cli serve")
     args = ap.parse_args(argv)
     models = ["--target", args.target] + (["--draft", args.draft] if args.draft else [])
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
     env = dict(os.environ)
     env.pop("SPEC_CLI_SERVER", None)
-    server = subprocess.Popen([sys.executable, "-m", "spec_cli", "serve", *models, "--port", str(port), "--quiet",
-                               *args.serve_arg], env=env, stderr=subprocess.PIPE, text=True)
+    server, base = start_serve([*models, *args.serve_arg], env)
     try:
-        deadline = time.time() + 900
-        while True:
-            try:
-                urllib.request.urlopen(base + "/health", timeout=5).read()
-                break
-            except OSError:
-                if server.poll() is not None or time.time() > deadline:
-                    raise SystemExit(f"the server did not start: {server.stderr.read()}")
-                time.sleep(0.5)
-        _post(base + "/infill", _infill("def warm_up():\n    return ", "\n"))  # first-request costs
+        post(base + "/infill", _infill("def warm_up():\n    return ", "\n"))  # first-request costs
         if args.during_chat:
             out = _during_chat(base)
             out["target"], out["serve_args"] = args.target, args.serve_arg
@@ -116,20 +124,20 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         warm, again, texts = [], [], []
         for prefix, suffix in CASES:
-            reply, seconds = _post(base + "/infill", _infill(prefix, suffix))
+            reply, seconds = post(base + "/infill", _infill(prefix, suffix))
             warm.append(seconds)
             texts.append(reply["content"])
         for prefix, suffix in CASES:
-            reply, seconds = _post(base + "/infill", _infill(prefix, suffix))
+            reply, seconds = post(base + "/infill", _infill(prefix, suffix))
             again.append((seconds, reply["speculation"]))
         via_server = [_complete_cli(["--server", base], p, s, env)[1] for p, s in CASES[:5]]
         alone = [_complete_cli(models, p, s, env)[1] for p, s in CASES[:3]]
 
         chat = base + "/v1/chat/completions"
         messages = [{"role": "user", "content": "Write a Python function that reverses a string."}]
-        first, _ = _post(chat, {"messages": messages, "max_tokens": 64, "temperature": 0})
+        first, _ = post(chat, {"messages": messages, "max_tokens": 64, "temperature": 0})
         messages += [first["choices"][0]["message"], {"role": "user", "content": "Now make it handle None."}]
-        second, _ = _post(chat, {"messages": messages, "max_tokens": 64, "temperature": 0})
+        second, _ = post(chat, {"messages": messages, "max_tokens": 64, "temperature": 0})
     finally:
         server.terminate()
         server.wait(60)
@@ -203,23 +211,23 @@ def _during_chat(base: str) -> dict:
     alone, during = [], []
     for i, (prefix, suffix) in enumerate(CASES):
         body = _infill(prefix, suffix)
-        _post(base + "/infill", body)  # once first, so both measured requests find what a repeat finds
+        post(base + "/infill", body)  # once first, so both measured requests find what a repeat finds
         for beside in ((False, True) if i % 2 else (True, False)):
             if not beside:
-                alone.append(_post(base + "/infill", body)[1])
+                alone.append(post(base + "/infill", body)[1])
                 continue
             started = {"event": threading.Event(), "stop": threading.Event(), "after": 20}
             chat = threading.Thread(target=_stream_chat, args=(base, CHAT_PROMPTS[i % len(CHAT_PROMPTS)], 500,
                                                               started))
             chat.start()
             started["event"].wait(600)
-            during.append(_post(base + "/infill", body)[1])
+            during.append(post(base + "/infill", body)[1])
             started["stop"].set()  # the chat's client leaves: the next measurement starts from an idle server
             chat.join()
             time.sleep(0.2)
 
     def ask(prompt):
-        reply, seconds = _post(base + "/v1/chat/completions", {
+        reply, seconds = post(base + "/v1/chat/completions", {
             "messages": [{"role": "user", "content": prompt}], "max_tokens": 32, "temperature": 0})
         return reply["choices"][0]["message"]["content"], seconds
 

@@ -3,7 +3,7 @@ drifting machine cancels out:
 
     python tools/prediction.py [-p ../shared/bench/code-edit.jsonl] [--skip 0] [--n 10] [--max-tokens 200]
 
-starts two `spec-cli serve` (this checkout's, defaults) at once and sends
+starts two `spec-cli serve` (defaults, free loopback ports) at once and sends
 each code edit to both: to one as it is, to the other with the file to
 edit (the prompt's code block) as `prediction`.  Only one server works at
 a time; which goes first turns with every edit; each server sees each
@@ -24,33 +24,17 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure_serve import post, start_serve  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-PORTS = {"without": 18077, "with": 18078}
+VARIANTS = ("without", "with")
 
 
-def post(port: int, body: dict) -> dict:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    return json.loads(urllib.request.urlopen(req, timeout=900).read())
-
-
-def wait_up(port: int) -> None:
-    for _ in range(1200):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-            return
-        except Exception:
-            time.sleep(0.5)
-    sys.exit(f"the server on port {port} did not come up")
-
-
-def ask(port: int, prompt: str, max_tokens: int, predict: bool) -> dict:
+def ask(base: str, prompt: str, max_tokens: int, predict: bool) -> dict:
     """One edit to one server: tokens, seconds, generating seconds, text, prediction tokens."""
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0}
     if predict:
@@ -58,10 +42,9 @@ def ask(port: int, prompt: str, max_tokens: int, predict: bool) -> dict:
         if code is None:
             sys.exit("an edit's prompt holds no ``` code block to predict")
         body["prediction"] = {"type": "content", "content": "```python\n" + code.group(1) + "```"}
-    t = time.perf_counter()
-    out = post(port, body)
+    out, seconds = post(base + "/v1/chat/completions", body)
     u, details = out["usage"], out["usage"].get("completion_tokens_details") or {}
-    return {"tokens": u["completion_tokens"], "s": time.perf_counter() - t,
+    return {"tokens": u["completion_tokens"], "s": seconds,
             "gen_s": out.get("timings", {}).get("predicted_ms", 0) / 1000,
             "text": out["choices"][0]["message"]["content"],
             "accepted": details.get("accepted_prediction_tokens", 0),
@@ -78,15 +61,14 @@ def main() -> None:
     if not Path(a.prompts).exists():
         sys.exit(f"{a.prompts} not found: pass -p with a JSON-lines file of code edits ({{'id', 'prompt'}})")
     rows = [json.loads(line) for line in open(a.prompts)][a.skip:a.skip + a.n]
-    servers = [subprocess.Popen([sys.executable, "-m", "spec_cli", "serve", "--port", str(p), "-q"],
-                                cwd=ROOT, stderr=subprocess.DEVNULL) for p in PORTS.values()]
+    servers = {}
     try:
-        for p in PORTS.values():
-            wait_up(p)
-        totals = {v: {"tokens": 0, "s": 0.0, "gen_s": 0.0} for v in PORTS}
+        for v in VARIANTS:
+            servers[v] = start_serve([])
+        totals = {v: {"tokens": 0, "s": 0.0, "gen_s": 0.0} for v in VARIANTS}
         ratios, accepted, rejected = [], 0, 0
         for i, row in enumerate(rows):
-            res = {v: ask(PORTS[v], row["prompt"], a.max_tokens, v == "with")
+            res = {v: ask(servers[v][1], row["prompt"], a.max_tokens, v == "with")
                    for v in (("without", "with") if i % 2 == 0 else ("with", "without"))}
             for v, r in res.items():
                 for k in totals[v]:
@@ -103,9 +85,9 @@ def main() -> None:
         print(f"== with/without: median an edit {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}); "
               f"accepted_prediction_tokens {accepted}, rejected {rejected}")
     finally:
-        for s in servers:
-            s.terminate()
-            s.wait()
+        for server, _ in servers.values():
+            server.terminate()
+            server.wait(60)
 
 
 if __name__ == "__main__":
