@@ -57,6 +57,9 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=0)
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="an extra argument for both servers (e.g. --serve-arg=--threads=2: two servers started "
+                         "together each count the other's load and may keep fewer threads)")
     a = ap.parse_args()
     if not Path(a.prompts).exists():
         sys.exit(f"{a.prompts} not found: pass -p with a JSON-lines file of code edits ({{'id', 'prompt'}})")
@@ -64,7 +67,7 @@ def main() -> None:
     servers = {}
     try:
         for v in VARIANTS:
-            servers[v] = start_serve([])
+            servers[v] = start_serve(a.serve_arg)
         totals = {v: {"tokens": 0, "s": 0.0, "gen_s": 0.0} for v in VARIANTS}
         ratios, accepted, rejected = [], 0, 0
         for i, row in enumerate(rows):
