@@ -81,6 +81,7 @@ def _main() -> None:
     ap.add_argument("--block", type=int, default=8, help="prompts a round")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--stream", action="store_true", help="answers streamed, a chunk a token, as chat UIs ask")
     ap.add_argument("--seed", type=int, default=0, help="the prompts' shuffle")
     ap.add_argument("--offset", type=int, default=0,
                     help="prompts to skip after the warm-up ones (those an earlier run on the same servers sent)")
@@ -100,7 +101,8 @@ def _main() -> None:
     for r, order in enumerate(orders(names, args.rounds)):
         block = prompts[r * args.block:(r + 1) * args.block]
         for name in order:
-            row = {"round": r, "label": name, **run(servers[name], block, args.clients, args.max_tokens)}
+            row = {"round": r, "label": name, **run(servers[name], block, args.clients, args.max_tokens,
+                                                        stream=args.stream)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     for row in summary(rows, names):

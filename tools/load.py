@@ -5,7 +5,7 @@
         -p ../shared/bench/mt-bench.jsonl -p ../shared/bench/code-edit.jsonl --n 8 --max-tokens 96
 
 At C clients, each sends a prompt, waits for its whole answer
-(/v1/chat/completions, greedy, not streamed) and sends the next, until
+(/v1/chat/completions, greedy, not streamed unless --stream) and sends the next, until
 every prompt was answered once (a closed loop).  Reported per C: aggregate
 completion tokens a second over the run, each request's latency (request
 to last byte) as median and worst, and the completion tokens (a server that
@@ -42,15 +42,26 @@ def load_prompts(paths: list[str], n: int) -> list[str]:
     return out
 
 
-def ask(url: str, prompt: str, max_tokens: int) -> tuple[int, float]:
+def ask(url: str, prompt: str, max_tokens: int, stream: bool = False) -> tuple[int, float]:
+    """One chat request, answered whole or streamed (as a chat UI asks: a
+    chunk a token or so, the token count from the last chunk's usage)."""
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
-            "seed": 1, "stream": False}
+            "seed": 1, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
     req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})
     t0 = time.perf_counter()
     with urllib.request.urlopen(req, timeout=1800) as r:
-        reply = json.loads(r.read())
-    return reply["usage"]["completion_tokens"], time.perf_counter() - t0
+        if not stream:
+            return json.loads(r.read())["usage"]["completion_tokens"], time.perf_counter() - t0
+        usage = None
+        for line in r:
+            if line.startswith(b"data: {"):
+                usage = json.loads(line[6:]).get("usage") or usage
+    if usage is None:
+        raise ValueError(f"{url}: a streamed answer without usage (stream_options.include_usage)")
+    return usage["completion_tokens"], time.perf_counter() - t0
 
 
 def infill(url: str, code: str, n_predict: int) -> float:
@@ -79,7 +90,8 @@ def infills(url: str, codes: list[str], n_predict: int, stop: threading.Event | 
     return out
 
 
-def run(url: str, prompts: list[str], clients: int, max_tokens: int, editor: tuple | None = None) -> dict:
+def run(url: str, prompts: list[str], clients: int, max_tokens: int, editor: tuple | None = None,
+        stream: bool = False) -> dict:
     todo = list(enumerate(prompts))
     lock = threading.Lock()
     done: list[tuple[int, int, float]] = []
@@ -95,7 +107,7 @@ def run(url: str, prompts: list[str], clients: int, max_tokens: int, editor: tup
                 if not todo:
                     return
                 i, prompt = todo.pop(0)
-            tokens, seconds = ask(url, prompt, max_tokens)
+            tokens, seconds = ask(url, prompt, max_tokens, stream)
             with lock:
                 done.append((i, tokens, seconds))
 
@@ -138,6 +150,7 @@ def _main() -> None:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--label", default="")
     ap.add_argument("--no-warm", action="store_true", help="skip sending each prompt once before")
+    ap.add_argument("--stream", action="store_true", help="answers streamed, a chunk a token, as chat UIs ask")
     ap.add_argument("--infill", metavar="FILE", help="an editor beside the chats: /infill requests one after "
                     "another (their prompts: FILE's completion prompts, e.g. humaneval-completion.jsonl), "
                     "first alone, then during each run; their latency reported")
@@ -158,7 +171,7 @@ def _main() -> None:
                           "infill_max_s": round(max(alone), 2)}), flush=True)
         editor = (codes[8:], args.infill_tokens)
     for c in (int(x) for x in args.clients.split(",")):
-        row = {"label": args.label, **run(args.url, prompts, c, args.max_tokens, editor)}
+        row = {"label": args.label, **run(args.url, prompts, c, args.max_tokens, editor, args.stream)}
         print(json.dumps(row), flush=True)
 
 
