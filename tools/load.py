@@ -101,13 +101,20 @@ def run(url: str, prompts: list[str], clients: int, max_tokens: int, editor: tup
         codes, n_predict = editor
         side = threading.Thread(target=lambda: edits.extend(infills(url, codes, n_predict, stop)))
 
+    failed: list[Exception] = []
+
     def client():
         while True:
             with lock:
-                if not todo:
+                if not todo or failed:
                     return
                 i, prompt = todo.pop(0)
-            tokens, seconds = ask(url, prompt, max_tokens, stream)
+            try:
+                tokens, seconds = ask(url, prompt, max_tokens, stream)
+            except (OSError, ValueError, KeyError) as e:  # the caller says it in one line, not each thread
+                with lock:
+                    failed.append(e)
+                return
             with lock:
                 done.append((i, tokens, seconds))
 
@@ -123,6 +130,8 @@ def run(url: str, prompts: list[str], clients: int, max_tokens: int, editor: tup
     if side is not None:
         stop.set()
         side.join()
+    if failed:
+        raise failed[0]
     latencies = [s for _, _, s in done]
     tokens = sum(t for _, t, _ in done)
     row = {"clients": clients, "requests": len(done), "tokens": tokens, "seconds": round(wall, 2),
