@@ -1,5 +1,6 @@
-"""`spec-cli serve`: one warm process for editors and chat clients -- the
-OpenAI API (/v1/chat/completions, /v1/completions, /v1/models),
+"""`spec-cli serve`: one warm process for editors, chat clients and coding
+agents -- the OpenAI API (/v1/chat/completions, /v1/completions,
+/v1/responses, /v1/models), Anthropic's /v1/messages, Ollama's /api/*,
 llama-server's /infill, /health -- on a pair loaded once."""
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ Host = Annotated[str, typer.Option("--host", help="Address to listen on (loopbac
 Port = Annotated[int, typer.Option("--port", min=0, max=65535,
                                    help="Port to listen on (llama.vim's and llama.vscode's default).")]
 ApiKey = Annotated[Optional[str], typer.Option("--api-key", envvar="SPEC_CLI_API_KEY", show_envvar=True,
-                                               help="Require 'Authorization: Bearer KEY' on every request but "
-                                                    "/health.")]
+                                               help="Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY', "
+                                                    "as Anthropic's clients send it) on every request but "
+                                                    "/health and /api/version.")]
 Queue = Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait behind the running ones; "
                                                            "more are answered 503 with Retry-After.")]
 Cors = Annotated[Optional[list[str]], typer.Option(
@@ -51,16 +53,24 @@ def serve(
     rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
 ) -> None:
-    """Serve the pair over HTTP: the OpenAI API for chat clients and the
-    `openai` package, llama-server's /infill for llama.vim and llama.vscode.
-    Up to --parallel requests at once, every one's rows in one target
-    batch a step, a bounded queue behind them; the KV caches and the
-    drafts learned from earlier outputs carry over between requests.
+    """Serve the pair over HTTP: the OpenAI API (chat completions,
+    completions, Responses) for chat clients, Codex CLI and the Agents SDK;
+    Anthropic's Messages for Claude Code; Ollama's API for apps set up for
+    Ollama; llama-server's /infill for llama.vim and llama.vscode.  Up to
+    --parallel requests at once, every one's rows in one target batch a
+    step, a bounded queue behind them; the KV caches and the drafts learned
+    from earlier outputs carry over between requests.
+
+    /v1/responses keeps the last 256 responses asked with 'store' (the
+    default), each for 60 minutes, in this process's memory only, for
+    previous_response_id and GET/DELETE /v1/responses/ID; a restart forgets
+    them.
 
     \b
     Examples:
       spec-cli serve          # the chat page: http://127.0.0.1:8012/
       spec-cli serve -t qwen2.5-coder-7b --port 8080 --api-key "$KEY"
+      spec-cli serve --port 11434   # where apps look for Ollama
     """
     create_app, ServeConfig, Worker = _server_parts()
     from ..term import render

@@ -109,6 +109,7 @@ class Step:
     host_s: float = 0.0
     host_draft_s: float = 0.0   # the part of host_s spent drafting
     stop_type: str | None = None
+    stop_word: str | None = None   # with stop_type "word": the stop string found
     pieces: tuple[str, ...] = ()
     aside_s: float = 0.0   # spent on `margins` (bench's bookkeeping, not generation): no clock counts it
     mask_s: float = 0.0    # of host_s, the constraint's masks and checks (GenConfig.grammar)
@@ -214,7 +215,8 @@ class Generation:
                     drafted=len(r.draft), accepted=r.accepted, draft_s=r.draft_s,
                     verify_s=r.verify_s, prefill_tokens=prefill[0], prefill_s=prefill[1],
                     finish_reason=a.finish, margins=a.margins, source=r.source if r.draft else "none",
-                    host_s=r.host_s, host_draft_s=r.host_draft_s, stop_type=out.stop_type, pieces=a.pieces,
+                    host_s=r.host_s, host_draft_s=r.host_draft_s, stop_type=out.stop_type,
+                    stop_word=out.stops.matched, pieces=a.pieces,
                     aside_s=aside_s, mask_s=mask_s, logprobs=logprobs)
 
 

@@ -44,6 +44,7 @@ class Session:
     logprobs: list = field(default_factory=list)  # with GenConfig.logprobs: each token's (core.adjust.TokenLogprob)
     finish: str | None = None
     stop_type: str | None = None  # llama-server's: "eos", "word" or "limit" (engine.Step)
+    stop_word: str | None = None  # with stop_type "word": the stop string found
 
     @property
     def text(self) -> str:
@@ -86,7 +87,7 @@ class Session:
         self.tokens.extend(step.tokens)
         self.margins.extend(step.margins)
         self.logprobs.extend(step.logprobs)
-        self.finish, self.stop_type = step.finish_reason, step.stop_type
+        self.finish, self.stop_type, self.stop_word = step.finish_reason, step.stop_type, step.stop_word
         if self.stops is not None:
             step = self._cut(step)
         self.segments.extend(step.segments)

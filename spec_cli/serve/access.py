@@ -28,11 +28,12 @@ from urllib.parse import urlsplit
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .api import ApiError
+from .shapes import error_body
 
 log = logging.getLogger("spec_cli.serve")
 
 READ_S = 10.0  # seconds a connection has to send a request head (and between pieces of a body: app.py)
-PREFLIGHT_HEADERS = "Authorization, Content-Type"
+PREFLIGHT_HEADERS = "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta"
 
 
 def is_loopback(host: str) -> bool:
@@ -78,14 +79,14 @@ class Access:
         name = _hostname(host).lower().rstrip(".")
         if self.check_host and host and not is_loopback(name) and name not in self.hosts:  # no Host: no browser
             log.warning("refused a request for host %r (not this machine's loopback)", host[:100])
-            return await _refuse(send, 403, f"the Host header {host[:100]!r} is not a loopback address: this "
+            return await _refuse(scope, send, 403, f"the Host header {host[:100]!r} is not a loopback address: this "
                                             "server listens on loopback only (a proxy or alias that sends this name: "
                                             "restart it with --allow-host NAME)", kind="permission_error")
         extra: list[tuple[bytes, bytes]] = []
         if origin is not None:
             if not origin_allowed(origin, self.cors):
                 log.warning("refused a request from origin %r", origin[:100])
-                return await _refuse(send, 403, f"requests from the web page at {origin[:100]!r} are refused: "
+                return await _refuse(scope, send, 403, f"requests from the web page at {origin[:100]!r} are refused: "
                                                 "restart the server with --cors ORIGIN to allow it",
                                      kind="permission_error")
             extra = [(b"access-control-allow-origin", origin.encode("latin-1")), (b"vary", b"Origin")]
@@ -97,7 +98,7 @@ class Access:
         if method == "POST":
             kind = headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/json":
-                return await _refuse(send, 415, f"the body must be JSON sent as 'Content-Type: application/json', "
+                return await _refuse(scope, send, 415, f"the body must be JSON sent as 'Content-Type: application/json', "
                                                 f"not {kind or 'no content type'!r} "
                                                 "(curl: add -H 'Content-Type: application/json')", extra=extra)
         if not extra:
@@ -111,9 +112,9 @@ class Access:
         return await self.app(scope, receive, send_with_cors)
 
 
-async def _refuse(send, status: int, message: str, *, kind: str = "invalid_request_error",
+async def _refuse(scope, send, status: int, message: str, *, kind: str = "invalid_request_error",
                   extra: list[tuple[bytes, bytes]] = ()) -> None:
-    body = json.dumps(ApiError(status, message, kind=kind).body()).encode()
+    body = json.dumps(error_body(scope.get("path", ""), ApiError(status, message, kind=kind))).encode()
     await _send(send, status, body, [(b"content-type", b"application/json"), *extra])
 
 

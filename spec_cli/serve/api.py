@@ -59,6 +59,7 @@ class Request:
     native: bool = False           # llama-server's /completion: its response shape
     prompt_ids: list[int] | None = None  # completions: the prompt as token ids
     echo: bool = False             # completions: the prompt written back first (with its logprobs)
+    door: dict | None = None       # what the API's door needs back when it answers (responses.py)
 
 
 # -- field checks -------------------------------------------------------------

@@ -1,5 +1,7 @@
 """The HTTP side of `spec-cli serve` (Starlette, run by uvicorn): a chat
-page at `/`, the OpenAI API, llama-server's `/infill`, `/health`; API key, body limit and
+page at `/`, the front doors (door.py: the OpenAI API and llama-server's
+`/completion` and `/infill`; doors.py: Anthropic's Messages, OpenAI's
+Responses, Ollama's API), `/health`; API key, body limit and
 read timeouts, server-sent events, and a client that goes away stopping
 its generation at the next step (or leaving the queue).  Who may connect
 at all is access.py's.
@@ -22,9 +24,10 @@ from starlette.routing import Route
 
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
 from .access import READ_S
-from ..core.tools import StreamFilter
 from .api import ApiError, Request, internal, parse_chat, parse_completion, parse_infill
-from . import utility
+from . import doors, utility
+from .door import Door, OpenAI
+from .shapes import error_body
 from .metrics import slot_views
 from .replies import Reply
 from .worker import Job, Worker
@@ -44,8 +47,8 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
     """The routes over `worker`, with the API key, body limit and read
     timeout given."""
     r = _Routes(worker, api_key.encode() if api_key else None, max_body, read_s)
-    chat, completion, infill = r.endpoint(parse_chat), r.endpoint(parse_completion), r.endpoint(parse_infill)
-    native = r.endpoint(lambda body: parse_completion(body, native=True))
+    chat, completion, infill = (r.endpoint(OpenAI(p)) for p in (parse_chat, parse_completion, parse_infill))
+    native = r.endpoint(OpenAI(lambda body: parse_completion(body, native=True)))
     routes = [
         Route("/", _page), Route("/index.html", _page),
         Route("/health", r.health), Route("/v1/health", r.health),
@@ -58,6 +61,7 @@ def create_app(worker: Worker, *, api_key: str | None = None, max_body: int = MA
         Route("/detokenize", r.utility(utility.detokenize), methods=["POST"]),
         Route("/apply-template", r.utility(utility.apply_template), methods=["POST"]),
         Route("/props", r.props), Route("/tokenizer_info", r.tokenizer_info),
+        *doors.routes(r, worker),
     ]
     return Starlette(routes=routes, exception_handlers={ApiError: _api_error, HTTPException: _http_error,
                                                         Exception: _internal_error})
@@ -75,8 +79,11 @@ class _Routes:
             return
         given = request.headers.get("authorization", "")
         scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.key):
-            raise ApiError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
+        if scheme.lower() != "bearer":  # Anthropic's clients send the key as x-api-key
+            token = request.headers.get("x-api-key", "")
+        if not hmac.compare_digest(token.strip().encode(), self.key):
+            raise ApiError(401, "invalid or missing API key: send 'Authorization: Bearer <key>' "
+                                "(or 'x-api-key: <key>')",
                            kind="authentication_error", headers={"WWW-Authenticate": "Bearer"})
 
     async def read_body(self, request: HttpRequest) -> bytes:
@@ -103,7 +110,7 @@ class _Routes:
             body.append(chunk)
         return b"".join(body)
 
-    def endpoint(self, parse: Callable[[object], Request]):
+    def endpoint(self, door: Door):
         async def handle(request: HttpRequest) -> Response:
             self.guard(request)
             self.worker.admit()  # a full queue says so before the body is read
@@ -112,11 +119,13 @@ class _Routes:
             except ClientDisconnect:
                 log.info("a client left while sending its request body")
                 return Response(status_code=499)
-            req = parse(body)
+            req = door.parse(body, request.headers)
+            if isinstance(req, dict):  # answered without generating
+                return JSONResponse(req)
             spec = self.worker.constraint_of(req)
             if spec is not None:
                 req.grammar = await self.compile(spec)
-            return await self.serve(request, Job.on_loop(req, asyncio.get_running_loop()))
+            return await self.serve(request, Job.on_loop(req, asyncio.get_running_loop()), door)
         return handle
 
     def utility(self, answer: Callable[[object, object], dict]):
@@ -149,7 +158,7 @@ class _Routes:
             except asyncio.TimeoutError:
                 raise refused(spec) from None
 
-    async def serve(self, request: HttpRequest, job: Job) -> Response:
+    async def serve(self, request: HttpRequest, job: Job, door: Door) -> Response:
         """Queue `job`, then stream its events or answer once it is done."""
         worker = self.worker
         worker.submit(job)
@@ -161,7 +170,7 @@ class _Routes:
             reply: Reply = payload
             if job.req.stream:
                 gone.cancel()  # the streaming response listens for the disconnect itself
-                return StreamingResponse(_events(job, reply), media_type="text/event-stream",
+                return StreamingResponse(_events(door, job, reply), media_type=door.media_type,
                                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
                                                   **_ignored(job.req)})
             while True:
@@ -169,9 +178,7 @@ class _Routes:
                 if kind == "error":
                     raise payload
                 if kind == "done":
-                    session = payload
-                    return JSONResponse(reply.full(session.text, session.finish, session.stats, session.stop_type,
-                                                   session.logprobs), headers=_ignored(job.req))
+                    return JSONResponse(door.full(reply, payload), headers=_ignored(job.req))
         except _Gone:
             worker.withdraw(job)
             return Response(status_code=499)
@@ -265,19 +272,20 @@ async def _next_event(job: Job, gone: asyncio.Future):
 
 
 async def _api_error(request: HttpRequest, exc: ApiError) -> Response:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    return JSONResponse(error_body(request.url.path, exc), status_code=exc.status, headers=exc.headers)
 
 
 async def _internal_error(request: HttpRequest, exc: Exception) -> Response:
     # a bug: the log has the traceback, the client the error's kind (never its input)
     log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    return JSONResponse(internal(exc).body(), status_code=500)
+    return JSONResponse(error_body(request.url.path, internal(exc)), status_code=500)
 
 
 async def _http_error(request: HttpRequest, exc: HTTPException) -> Response:
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    return JSONResponse(ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
-                                 kind=kind).body(), status_code=exc.status_code)
+    return JSONResponse(error_body(request.url.path, ApiError(exc.status_code, f"{request.method} "
+                                                              f"{request.url.path}: {exc.detail}", kind=kind)),
+                        status_code=exc.status_code)
 
 
 async def _disconnected(request: HttpRequest) -> None:
@@ -287,47 +295,10 @@ async def _disconnected(request: HttpRequest) -> None:
         pass
 
 
-def _sse(obj: dict) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-async def _events(job: Job, reply: Reply):
-    """The stream: OpenAI's chunks ending in `data: [DONE]`, or llama-server's
-    /infill pieces ending in one with `"stop": true`."""
-    req = reply.req
-    calls = None if req.tools is None else StreamFilter(req.tools)  # text that may be a tool call is held
+async def _events(door: Door, job: Job, reply: Reply):
+    """The door's stream of the job's reply."""
     try:
-        if req.kind == "chat":
-            yield _sse(reply.chunk(None, None, first=True))
-        probs: list = []  # logprobs of tokens whose text has not gone out yet
-        while True:
-            kind, payload = await job.events.get()
-            if kind == "probs":
-                probs.extend(payload)
-            elif kind == "step":
-                text = "".join(text for text, _ in payload)
-                shown = text if calls is None else calls.feed(text)
-                if shown:
-                    yield _sse(reply.chunk(shown, None, segments=payload if shown == text else None, probs=probs))
-                    probs = []
-            elif kind == "done":
-                final = reply.chunk(None, payload.finish, payload.stats, stop_type=payload.stop_type, probs=probs)
-                if calls is not None:
-                    rest, parsed = calls.finish()
-                    if rest:
-                        yield _sse(reply.chunk(rest, None))
-                    if parsed.calls:
-                        yield _sse(reply.tool_chunk(parsed.calls))
-                        final["choices"][0]["finish_reason"] = "tool_calls"
-                        final["tool_call_form"] = parsed.form
-                yield _sse(final)
-                if req.include_usage and not reply.native:
-                    yield _sse(reply.usage_chunk(payload.stats))
-                if not reply.native:
-                    yield "data: [DONE]\n\n"
-                return
-            elif kind == "error":
-                yield _sse(payload.body())
-                return
+        async for piece in door.events(reply, job):
+            yield piece
     finally:
         job.cancel.set()  # a client that went away stops its generation at the next step
