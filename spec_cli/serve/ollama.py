@@ -251,6 +251,7 @@ def show(name: str, info: dict, n_ctx: int, template: str, tools: bool) -> dict:
     return {"license": "", "modelfile": f"# served by spec-cli\nFROM {info.get('file', '')}\n",
             "parameters": "", "template": template, "details": model_entry(name, info)["details"],
             "model_info": {"general.architecture": arch, "general.name": info.get("name") or name,
+                           "general.basename": name,  # the name VS Code Copilot's Ollama provider shows
                            "general.parameter_count": info.get("parameters") or 0,
                            f"{arch}.context_length": n_ctx},
             "capabilities": caps, "modified_at": _now()}
