@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from test_serve import KEY, Server, client, post_raw, serving, wait_idle
-from test_structured import WEATHER
+from test_structured import WEATHER, qwen_server as qwen  # noqa: F401 (a fixture)
 
 QUESTION = "What is the capital of France?"
 N = 24
@@ -199,14 +199,6 @@ def test_the_api_key_is_taken_as_x_api_key_and_refused_in_anthropics_shape(guard
 
 ANTHROPIC_WEATHER = [{"name": "get_weather", "description": "Current weather in a city",
                       "input_schema": WEATHER[0]["function"]["parameters"]}]
-
-
-@pytest.fixture(scope="module")
-def qwen(target_path, draft_path):
-    srv = Server(target_path, dict(os.environ), "--parallel", "1", "--ctx", "4096", deterministic=False,
-                 draft=draft_path)
-    yield srv
-    srv.stop()
 
 
 @pytest.mark.pair
