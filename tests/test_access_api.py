@@ -66,7 +66,20 @@ def test_completion_prompts_text_or_token_ids_one_a_request():
     assert parse_completion({"prompt": "x", "n_predict": -1}, native=True).max_tokens is None
     for bad in ({"prompt": ""}, {"prompt": ["a", "b"]}, {"prompt": [1, True]}, {"prompt": {"a": 1}}, {}):
         assert _err(parse_completion, bad).param == "prompt"
-    assert _err(parse_completion, {"prompt": "x", "suffix": "y"}).param == "suffix"
+    for bad in ({"prompt": "x", "suffix": 5}, {"prompt": [1, 2], "suffix": "y"}):
+        assert _err(parse_completion, bad).param == "suffix"
+    assert _err(parse_completion, {"prompt": "x", "suffix": "y", "echo": True}).param == "echo"
+
+
+def test_a_suffix_makes_a_completion_fill_in_the_middle_in_its_own_shape():
+    """OpenAI's legacy `suffix` (Tabby's openai/completion, minuet-ai, the
+    openai package): the editor's path, answered as the endpoint answers."""
+    r = parse_completion({"prompt": "def f(", "suffix": "):\n", "max_tokens": 8, "temperature": 0})
+    assert (r.kind, r.input_prefix, r.input_suffix, r.fim_from, r.native) == ("infill", "def f(", "):\n", "suffix",
+                                                                              False)
+    assert r.editor_stops and not parse_completion({"prompt": "a", "suffix": "", "editor_stops": False}).editor_stops
+    assert parse_completion({"prompt": "a", "suffix": "b"}, native=True).native
+    assert parse_infill({"input_prefix": "a"}).native  # /infill: llama-server's shape
 
 
 def test_infill_reads_llama_vims_fields_and_refuses_nothing_to_complete():

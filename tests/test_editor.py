@@ -141,3 +141,52 @@ def test_store_entries_do_not_run_into_each_other():
     store.add([], [4, 5, 6])
     assert store.index.match([3, 4])[0] == 1  # "3" matched, "3 4" spans the separator: not a context
     assert store.index.follow([2, 3], 4, 0.0)[0] == []  # nothing follows an entry's end
+
+
+# -- the insertion rules: where a middle meets the suffix ----------------------------------
+
+def test_a_middle_that_runs_on_into_new_top_level_code_ends_before_it():
+    stops = EditorStops(suffix="\n\nprint(add(1, 2))\n", prefix="def add(a, b):\n    return ")
+    text = "a + b\n\ndef subtract(a, b):\n    return a - b\n"
+    assert text[:stops.cut(text)] == "a + b"
+    assert EditorStops(suffix="\n\nprint(add(1, 2))\n", prefix="def add(a, b):\n    return ",
+                       insertion=False).cut(text) is None  # a client that trims itself
+
+
+def test_a_middle_that_leaves_the_block_ends_there_and_keeps_its_new_line_at_a_line_start():
+    prefix = "def f(xs):\n    total = 0\n    for x in xs:\n"
+    stops = EditorStops(suffix="    return total\n", prefix=prefix)
+    assert stops.cut("        total += x\n") is None
+    text = "        total += x\n    total *= 2\nprint(f([1]))\n"
+    assert text[:stops.cut(text)] == "        total += x\n    total *= 2\n"  # back at the suffix's level: kept
+    echo = "        total += x\n    return total\n"
+    assert echo[:stops.cut(echo)] == "        total += x\n"  # the suffix's line: the middle ends before it
+    deeper = EditorStops(suffix="            b += i\n", prefix="    x = 0\n")
+    assert deeper.cut("    a = 1\n    for i in x:\n") is None  # a block opened for the suffix's line
+
+
+def test_a_closing_brace_in_the_suffix_is_not_written_twice():
+    stops = EditorStops(suffix="}\n", prefix="int f(int x) {\n")
+    text = "    return x + 1;\n}\n\nint g() {\n"
+    assert text[:stops.cut(text)] == "    return x + 1;\n"
+
+
+def test_a_raw_prompt_in_the_models_fim_template_is_recognised_in_either_order():
+    from spec_cli.serve.api import parse_completion
+    from spec_cli.serve.start import recognize_fim
+
+    marks = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+    psm = parse_completion({"prompt": "<|fim_prefix|>def f(<|fim_suffix|>):\n<|fim_middle|>a"})
+    recognize_fim(marks, psm)
+    assert (psm.kind, psm.input_prefix, psm.input_suffix, psm.fim_from) == ("infill", "def f(a", "):\n", "prompt")
+    assert psm.fim_text.startswith("<|fim_prefix|>")  # read as the client wrote it
+    spm = parse_completion({"prompt": "<|fim_suffix|>):\n<|fim_prefix|>def f(<|fim_middle|>"})
+    recognize_fim(marks, spm)
+    assert (spm.input_prefix, spm.input_suffix) == ("def f(", "):\n")
+    for prompt in ("def f(", "<|fim_prefix|>a<|fim_middle|>b",  # plain, or markers missing
+                   "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>c<|fim_prefix|>"):  # one twice
+        other = parse_completion({"prompt": prompt})
+        recognize_fim(marks, other)
+        assert other.kind == "completion"
+    recognize_fim(None, plain := parse_completion({"prompt": psm.fim_text}))  # a model without FIM tokens
+    assert plain.kind == "completion"

@@ -69,7 +69,8 @@ def complete(
                                                 top_p=top_p, min_p=min_p, seed=seed, adjust=adjust)
     else:
         completion, finish, stats = _complete_here(
-            prefix, after, EditorStops(n_indent=indent, suffix=after, t_max_predict_ms=t_max_predict_ms, max_lines=max_lines),
+            prefix, after, EditorStops(n_indent=indent, suffix=after, t_max_predict_ms=t_max_predict_ms, max_lines=max_lines,
+                                       prefix=prefix),
             PairConfig(target=target, draft=draft, proposer=proposer, ctx=ctx, threads=threads,
                        **placement(rpc, tensor_split),
                        gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, deterministic=deterministic), rule,

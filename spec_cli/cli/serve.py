@@ -43,6 +43,12 @@ Parallel = Annotated[int, typer.Option(
     "--parallel", "-np", min=1, max=64, metavar="N",
     help="Requests generated at once, each in a KV sequence of its own, all in one target batch a step "
          "(each costs a --ctx of KV cache in each model).")]
+RawSpecial = Annotated[bool, typer.Option(
+    "--parse-special/--no-parse-special",
+    help="Read special tokens' texts in a raw prompt (/completion, /v1/completions, Ollama's raw, batch "
+         "completions) as the model's special tokens, as llama-server does, so an editor's own FIM template "
+         "works; --no-parse-special reads them as plain text, for deployments that put untrusted text into "
+         "raw prompts. Chat messages are always plain text.")]
 
 
 def serve(
@@ -52,6 +58,7 @@ def serve(
     draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0, ctx: Ctx = 4096, threads: Threads = 0,
     rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
+    parse_special: RawSpecial = True,
 ) -> None:
     """Serve the pair over HTTP: the OpenAI API (chat completions,
     completions, Responses) for chat clients, Codex CLI and the Agents SDK;
@@ -92,7 +99,7 @@ def serve(
     # libgomp throttles once there are more than cores: docs/results.md, "Behind the code")
     worker = Worker(lambda: load(cfg, quiet=quiet, rule=rule),
                     ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft, rule=rule,
-                                spare=spare, recount=threads == 0 and not deterministic))
+                                spare=spare, recount=threads == 0 and not deterministic, parse_special=parse_special))
     pair = worker.pair
     try:
         from ..serve.access import Access

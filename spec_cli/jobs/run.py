@@ -108,6 +108,7 @@ def _hand_over(worker: Worker, item: Item, events: queue.SimpleQueue, on_answer,
     failed (its answer given)."""
     try:
         req = parse(item)
+        worker.recognize(req)  # a completion in the model's FIM template: the editor's way, as the server
         spec = worker.constraint_of(req)
         if spec is not None:
             req.grammar = _compile(worker, spec, compiler)

@@ -22,6 +22,14 @@ tokens:
   equal (spaces aside) to the suffix's next non-blank line(s) -- enough of
   them to span 8 characters, so a lone `}` does not end a nested block --
   ends it before that line, and the blank lines before it go too.
+- the text leaves the block the cursor and the suffix are in: a line after
+  the cursor's indented less than both the cursor's line and the suffix's
+  next line (or, where that is at the margin or there is none, a line at
+  the margin after an indented cursor line: new top-level code) ends it
+  before that line.
+  These two are the insertion rules (`insertion`); where the cursor is at
+  a line's start (`prefix` known), the middle keeps the new line that ends
+  its last line, so prefix + middle + suffix reads as the file.
 - `t_max_predict_ms`: past that time after the first token, the
   completion ends at the next new line (as llama-server: only at a line's
   end, so a line is never cut in half).
@@ -120,10 +128,41 @@ class EditorStops:
     suffix: str = ""
     t_max_predict_ms: float = 0.0
     max_lines: int = 0
+    prefix: str | None = None   # the text before the cursor, where known (the insertion rules read it)
+    insertion: bool = True      # the suffix-repeat and block rules (off: a client that trims itself)
     _echo: list[str] = field(init=False, default_factory=list)
 
     def __post_init__(self):
-        self._echo = _echo_lines(self.suffix)
+        self._echo = _echo_lines(self.suffix) if self.insertion else []
+        self._line_start = self.prefix is not None and (not self.prefix or self.prefix.endswith("\n"))
+        self._head = "" if self.prefix is None else self.prefix[self.prefix.rfind("\n") + 1:]
+        rest = self.suffix if self._line_start or self.prefix is None else self.suffix.partition("\n")[2]
+        nxt = [line for line in rest.split("\n") if line.strip()]
+        self._suffix_indent = _indent(nxt[0]) if nxt else 0
+        self._blocks = self.insertion and self.prefix is not None
+
+    def _before(self, text: str, start: int) -> int:
+        """Where the middle ends if it ends before the line at `start`:
+        blank lines dropped; the last line's new line kept where the cursor
+        was at a line's start (the suffix starts a line of its own)."""
+        keep = len(text[:start].rstrip())
+        if keep and self._line_start and not self.suffix.startswith("\n"):
+            keep = text.find("\n", keep) + 1 or keep
+        return keep
+
+    def _left_block(self, text: str) -> int | None:
+        """The start of the first line after the cursor's that is indented
+        less than the block the cursor and the suffix share."""
+        first = text.find("\n")
+        if first < 0:
+            return None
+        cursor = _indent(self._head + text[:first])
+        floor = min(cursor, self._suffix_indent) if self._suffix_indent > 0 else (1 if cursor > 0 else 0)
+        for start, _, _ in _nonblank(text[first + 1:]):
+            line = text[first + 1 + start:].partition("\n")[0]
+            if _indent(line) < floor:
+                return first + 1 + start
+        return None
 
     def cut(self, text: str, elapsed_s: float = 0.0, *, new_from: int = 0) -> int | None:
         """`new_from`: where this step's text began (the time limit ends the
@@ -145,8 +184,12 @@ class EditorStops:
             done = [(start, s) for start, s, complete in _nonblank(text) if complete]
             for i in range(len(done) - n + 1):
                 if [s for _, s in done[i:i + n]] == self._echo:
-                    cuts.append(len(text[:done[i][0]].rstrip()))
+                    cuts.append(self._before(text, done[i][0]))
                     break
+        if self._blocks:
+            left = self._left_block(text)
+            if left is not None:
+                cuts.append(self._before(text, left))
         if self.max_lines and text.count("\n") >= self.max_lines:
             cuts.append(_nth(text, "\n", self.max_lines))
         if self.t_max_predict_ms > 0 and elapsed_s * 1000 > self.t_max_predict_ms:
@@ -167,6 +210,10 @@ class EditorStops:
                 keep = tail[0][0]
                 break
         return len(text[:keep].rstrip())
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
 
 
 def _nonblank(text: str) -> list[tuple[int, str, bool]]:

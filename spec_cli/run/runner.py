@@ -354,10 +354,11 @@ def _fitting_drafts_hint(target: str, registry) -> str:
 
 
 def prompt_tokens(target: Model, text: str, *, raw: bool, system: str | None = None) -> list[int]:
-    """Raw text (BOS added as the model wants), or a user turn in the GGUF's
-    own chat template."""
+    """Raw text (BOS added as the model wants; special tokens' texts read as
+    the model's, as llama-cli reads them), or a user turn in the GGUF's own
+    chat template (the text a message's, never a special token)."""
     if raw:
-        tokens = target.vocab.tokenize(text, add_special=True, parse_special=False)
+        tokens = target.vocab.tokenize(text, add_special=True, parse_special=True)
         if not tokens:
             raise SpecError("the prompt is empty")
         return tokens

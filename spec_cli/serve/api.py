@@ -60,6 +60,12 @@ class Request:
     prompt_ids: list[int] | None = None  # completions: the prompt as token ids
     echo: bool = False             # completions: the prompt written back first (with its logprobs)
     door: dict | None = None       # what the API's door needs back when it answers (responses.py)
+    # fill-in-the-middle asked another way than /infill (kind "infill"): the field that asked
+    # ("suffix", or "prompt": a raw prompt in the model's own FIM template, read as written:
+    # `fim_text`); `editor_stops` false leaves the middle untrimmed (a client that trims itself)
+    fim_from: str | None = None
+    fim_text: str | None = None
+    editor_stops: bool = True
 
 
 # -- field checks -------------------------------------------------------------
@@ -246,8 +252,11 @@ def parse_completion(body: Any, *, native: bool = False) -> Request:
         raise bad("prompt", "must be a string or a list of token ids (one prompt per request)")
     elif not prompt:
         raise bad("prompt", "is empty")
-    if body.get("suffix") is not None:
-        raise bad("suffix", "is not supported here: use POST /infill for fill-in-the-middle")
+    suffix = body.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise bad("suffix", "must be a string: the text after the cursor")
+    if suffix is not None and ids is not None:
+        raise bad("suffix", "needs the prompt as text, not token ids")
     echo = flag(body, "echo", False) and not native
     if echo and flag(body, "stream", False):
         raise bad("echo", "cannot be streamed here: send it with 'stream': false")
@@ -261,7 +270,20 @@ def parse_completion(body: Any, *, native: bool = False) -> Request:
         _response_fields(body, req)
     _prediction(body, req)
     req.constraint = _constraint(body)
+    req.editor_stops = flag(body, "editor_stops", True)
+    if suffix is not None:
+        if echo:
+            raise bad("echo", "cannot be set with 'suffix': a fill-in-the-middle answer is the middle alone")
+        fill_in(req, req.prompt, suffix, "suffix")
     return req
+
+
+def fill_in(req: Request, prefix: str, suffix: str, where: str, text: str | None = None) -> None:
+    """`req` made a fill-in-the-middle request (the editor's path, as
+    /infill): the text before and after the cursor, the field that asked,
+    and the raw template it came in, if it did (read as written)."""
+    req.kind, req.input_prefix, req.input_suffix, req.prompt = "infill", prefix, suffix, ""
+    req.fim_from, req.fim_text = where, text
 
 
 def _response_fields(body: dict, req: Request) -> None:
@@ -296,6 +318,8 @@ def parse_infill(body: Any) -> Request:
     req.cache_prompt = flag(body, "cache_prompt", True)
     _response_fields(body, req)
     _sampling(body, req, temperature=0.0)
+    req.editor_stops = flag(body, "editor_stops", True)
+    req.native = True  # llama-server's response shape
     if not (req.input_prefix or req.input_suffix or req.prompt or req.input_extra):
         raise ApiError(400, "nothing to complete: 'input_prefix', 'prompt' and 'input_suffix' are all empty")
     return req

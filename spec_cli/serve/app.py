@@ -122,6 +122,7 @@ class _Routes:
             req = door.parse(body, request.headers)
             if isinstance(req, dict):  # answered without generating
                 return JSONResponse(req)
+            self.worker.recognize(req)
             spec = self.worker.constraint_of(req)
             if spec is not None:
                 req.grammar = await self.compile(spec)

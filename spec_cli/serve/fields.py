@@ -30,9 +30,9 @@ KNOWN = {
     "chat": COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
                       "parallel_tool_calls", "prediction", "functions", "function_call", "audio", "modalities",
                       "web_search_options"},
-    "completion": COMMON | {"prompt", "suffix", "prediction"},
+    "completion": COMMON | {"prompt", "suffix", "prediction", "editor_stops"},
     "infill": COMMON | {"input_prefix", "input_suffix", "input_extra", "prompt", "n_indent", "t_max_predict_ms",
-                        "t_max_prompt_ms", "response_fields"},
+                        "t_max_prompt_ms", "response_fields", "editor_stops"},
 }
 KNOWN["native"] = KNOWN["completion"] | {"response_fields", "t_max_predict_ms", "t_max_prompt_ms"}
 # ignored on purpose: they change nothing in the answer (docs/serving.md lists them)

@@ -88,7 +88,7 @@ class Reply:
     @property
     def native(self) -> bool:
         """llama-server's own response shape: /infill and /completion."""
-        return self.req.kind == "infill" or self.req.native
+        return self.req.native
 
     def logprobs(self, probs) -> Any:
         """Tokens' logprobs (core.adjust.TokenLogprob) in this endpoint's

@@ -12,22 +12,59 @@ from .replies import Reply
 ECHO_CHUNK = 64  # prompt rows read at once for an echoed prompt's logprobs (echo)
 
 
-def prompt_of(target, req: Request, budget: int) -> tuple[list[int], bool, str]:
+def prompt_of(target, req: Request, budget: int, *, special: bool = True) -> tuple[list[int], bool, str]:
     """The request's prompt as tokens, whether it was cut to `budget` (an
-    editor's context), and the field it came from."""
+    editor's context), and the field it came from.  A raw prompt's special
+    tokens are read as the model's (`special`; a chat message's never are)."""
     from ..run.editor import fim_prompt
 
+    vocab = target.vocab
     if req.kind == "chat":
         use = req.tools
         tools = [t.as_openai() for t in use.tools] if use is not None and use.choice != "none" else None
-        return target.vocab.tokenize_chat(req.messages, tools), False, "messages"
+        return vocab.tokenize_chat(req.messages, tools), False, "messages"
     if req.kind == "completion":
         if req.prompt_ids is not None:
             return list(req.prompt_ids), False, "prompt"
-        return target.vocab.tokenize(req.prompt, add_special=True, parse_special=False), False, "prompt"
-    fim = fim_prompt(target.vocab, req.input_prefix, req.input_suffix, middle=req.prompt,
+        return vocab.tokenize(req.prompt, add_special=True, parse_special=special), False, "prompt"
+    if req.fim_text is not None:  # the client's own FIM template, as written
+        return vocab.tokenize(req.fim_text, add_special=True, parse_special=True), False, "prompt"
+    fim = fim_prompt(vocab, req.input_prefix, req.input_suffix, middle=req.prompt,
                      extra=req.input_extra, budget=budget)
+    if not fim.fim and req.fim_from is not None:
+        raise ApiError(400, f"'{req.fim_from}' asks for fill-in-the-middle, but {vocab.name} has no "
+                            "fill-in-the-middle tokens: leave it out, or serve a model that has them "
+                            "(a coder model: spec-cli models list)", param=req.fim_from)
     return fim.tokens, fim.truncated, "input_prefix"
+
+
+def fim_markers(vocab) -> tuple[str, str, str] | None:
+    """The texts of the vocabulary's FIM prefix, suffix and middle tokens, or None."""
+    sp = vocab.special_tokens()
+    ids = (sp["fim_pre"], sp["fim_suf"], sp["fim_mid"])
+    return None if min(ids) < 0 else tuple(vocab.token_text(t) for t in ids)
+
+
+def recognize_fim(markers: tuple[str, str, str] | None, req: Request) -> None:
+    """A raw completion prompt written in the model's own FIM template
+    (prefix-suffix-middle or suffix-prefix-middle, each marker once, the
+    middle so far after the last) goes the editor's way, read as written."""
+    from .api import fill_in
+
+    if markers is None or req.kind != "completion" or req.prompt_ids is not None or req.echo:
+        return
+    text = req.prompt
+    if any(text.count(m) != 1 for m in markers):
+        return
+    pre, suf, mid = (text.find(m) for m in markers)
+    n_pre, n_suf, n_mid = (len(m) for m in markers)
+    if pre < suf < mid:      # PSM: <pre> prefix <suf> suffix <mid> middle
+        prefix, suffix = text[pre + n_pre:suf], text[suf + n_suf:mid]
+    elif suf < pre < mid:    # SPM: <suf> suffix <pre> prefix <mid> middle
+        prefix, suffix = text[pre + n_pre:mid], text[suf + n_suf:pre]
+    else:
+        return
+    fill_in(req, prefix + text[mid + n_mid:], suffix, "prompt", text)
 
 
 def check_ids(req: Request, n_vocab: int) -> None:

@@ -43,7 +43,7 @@ from ..run.suffix import Store
 from .api import ApiError, Request, internal, shutting_down
 from .constrain import tool_spec
 from .replies import Reply
-from .start import check_ids, echo, prompt_of, proposer_for
+from .start import check_ids, echo, fim_markers, prompt_of, proposer_for, recognize_fim
 from .metrics import Metrics
 from ..run.schedule import choose_slot
 
@@ -63,6 +63,7 @@ class ServeConfig:
     spare: bool = False
     proposer: str | None = None  # what drafts for every request (None: the pair's own; bench compares others)
     recount: bool = False  # count the free cores again in idle spells (llama.cores.Recount; serve, no --threads)
+    parse_special: bool = True  # a raw prompt's special-token texts are the model's special tokens
 
 
 class Job:
@@ -180,6 +181,14 @@ class Worker:
 
         return compile_for(self.pair.target.vocab, spec)
 
+    def recognize(self, req: Request) -> None:
+        """A raw prompt in the model's own FIM template goes the editor's way
+        (start.recognize_fim), where the server reads special tokens in raw prompts."""
+        if self.cfg.parse_special and req.kind == "completion":
+            if not hasattr(self, "_fim_markers"):
+                self._fim_markers = fim_markers(self.pair.target.vocab)
+            recognize_fim(self._fim_markers, req)
+
     def constraint_of(self, req: Request):
         """What constrains `req`: its own constraint, or its tools' (constrain.tool_spec)."""
         if req.tools is None:
@@ -284,7 +293,7 @@ class Worker:
         check_ids(req, pair.target.n_vocab)
         # an infill prompt is cut to fit (as llama-server does), leaving room to answer
         room = min(req.max_tokens if req.max_tokens is not None else 256, n_ctx // 4)
-        tokens, truncated, where = prompt_of(self.pair.target, req, n_ctx - room)
+        tokens, truncated, where = prompt_of(self.pair.target, req, n_ctx - room, special=self.cfg.parse_special)
         if len(tokens) >= n_ctx:
             raise ApiError(400, f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}: "
                                 "shorten it, or run with a larger --ctx", param=where)
@@ -316,7 +325,8 @@ class Worker:
                         stop=req.stop, seed=seed, adaptive=self.cfg.adaptive, rule=self.cfg.rule,
                         grammar=req.grammar, adjust=req.adjust, logprobs=req.logprobs,
                         draft_min=spec.draft_min if spec is not None else 0)
-        stops = (EditorStops(n_indent=req.n_indent, suffix=req.input_suffix, t_max_predict_ms=req.t_max_predict_ms)
+        stops = (EditorStops(n_indent=req.n_indent, suffix=req.input_suffix, t_max_predict_ms=req.t_max_predict_ms,
+                             prefix=req.input_prefix + req.prompt, insertion=req.editor_stops)
                  if req.kind == "infill" else None)
         session = Session(pair, tokens, gen, proposer, stops=stops, cancelled=job.cancel.is_set)
         stream = self.batch.add(seq, Generation(pair.target, proposer, tokens, gen), editor=req.kind == "infill")
