@@ -147,6 +147,9 @@ HOSTILE = [
     ("/api/generate", {"model": "m", "prompt": "x", "options": {"temperature": "warm"}}),
     ("/api/generate", {"model": "m", "prompt": "x", "options": {"top_k": 1 << 70}}),
     ("/api/pull", {"model": "m"}),
+    # fill-in-the-middle asked of a model without FIM tokens (SmolLM2): the field is named
+    ("/api/generate", {"model": "m", "prompt": "def f(", "suffix": "):\n"}),
+    ("/v1/completions", {"prompt": "def f(", "suffix": "x = 1\n" * 170_000}),  # a million characters
 ]
 
 

@@ -36,7 +36,7 @@ def bad(param: str, message: str) -> ApiError:
     return ApiError(400, f"'{param}' {message}", param=param)
 
 
-MAX_INT = 2 ** 63  # the largest integer any numeric field takes, before its own bounds (seeds: mod 2**31)
+MAX_INT = 2 ** 64  # the largest integer any numeric field takes, before its own bounds (a u64 seed, as Tabby sends: mod 2**31)
 
 
 def number(body: dict, name: str, default, *, lo: float | None = None, hi: float | None = None,
@@ -49,7 +49,7 @@ def number(body: dict, name: str, default, *, lo: float | None = None, hi: float
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise bad(name, f"must be {'an integer' if integer else 'a number'}, not {value!r}")
     if isinstance(value, int) and abs(value) > MAX_INT:  # a float cannot hold it: refused before any arithmetic
-        raise bad(name, f"must be at most 2**63 in size, not a {value.bit_length()}-bit integer")
+        raise bad(name, f"must be at most 2**64 in size, not a {value.bit_length()}-bit integer")
     if integer and not float(value).is_integer():
         raise bad(name, f"must be an integer, not {value!r}")
     if not math.isfinite(value):

@@ -205,6 +205,7 @@ class Generate(Chat):
             opts = body.get("options") or {}
             fields["temperature"] = opts.get("temperature", 0.0)  # an editor's completion: the likeliest
             req = parse_infill({"input_prefix": prompt, "input_suffix": suffix, **fields})
+            req.fim_from = "suffix"  # a model without FIM tokens: a 400 naming it
         elif body.get("raw") is True:
             req = parse_completion({"prompt": prompt, **fields}, native=True)
         else:
