@@ -182,7 +182,7 @@ def test_a_client_that_leaves_an_ollama_stream_frees_its_slot(server):
 @pytest.fixture(scope="module")
 def guarded(smollm_path):
     env = dict(os.environ)
-    srv = Server(smollm_path, env, "--parallel", "1", "--api-key", KEY)
+    srv = Server(smollm_path, env, "--parallel", "1", "--api-key", KEY, "--no-parse-special")
     yield srv
     srv.stop()
 
@@ -196,6 +196,15 @@ def test_the_api_key_is_taken_as_x_api_key_and_refused_in_anthropics_shape(guard
     assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "authentication_error"
     status, reply, _ = guarded.get("/api/tags")
     assert status == 401 and isinstance(reply["error"], str)
+
+
+def test_a_raw_prompts_special_tokens_are_the_models_unless_the_server_says_not(server, guarded):
+    """`<|im_start|>` in a raw completion prompt is one special token, as
+    llama-server reads it; under --no-parse-special it is text."""
+    body = {"prompt": "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", "max_tokens": 1}
+    read = server.post("/v1/completions", body)[1]["usage"]["prompt_tokens"]
+    kept = guarded.post("/v1/completions", body, headers={"Authorization": f"Bearer {KEY}"})[1]
+    assert read + 10 < kept["usage"]["prompt_tokens"], (read, kept["usage"])
 
 
 # -- the default pair: a short factual question and the tool round trips -----------------------

@@ -83,7 +83,7 @@ def passes(task: dict, middle: str) -> bool:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(code)
     try:
-        return subprocess.run([sys.executable, f.name], capture_output=True, timeout=15).returncode == 0
+        return subprocess.run([sys.executable, f.name], capture_output=True, timeout=10).returncode == 0
     except subprocess.TimeoutExpired:
         return False
     finally:
