@@ -108,6 +108,17 @@ def test_an_editor_behind_its_pace_gets_rounds_of_its_own():
     assert not schedule.editors_behind([Req(1, spent_s=9.0, alone_s=1.0)])  # only an editor's pace counts
 
 
+def test_where_two_rows_cost_nearly_two_steps_an_editor_runs_alone_from_its_first_round():
+    steep = lambda n: 0.041 * n ** 0.85  # noqa: E731  c(2) 1.80 c(1): this project's AMD VMs
+    editor, chat = Req(0, editor=True, reading=True), Req(1)
+    assert schedule.editors_alone([editor, chat], steep)
+    assert not schedule.editors_alone([editor, chat], CPU)    # 1.3: the editor shares, paced
+    assert not schedule.editors_alone([editor, chat], GPU)
+    assert not schedule.editors_alone([chat, Req(2)], steep)  # no editor
+    assert not schedule.editors_alone([editor, Req(2, editor=True)], steep)  # editors only already
+    assert not schedule.editors_alone([editor, chat], None)   # nothing priced yet
+
+
 def test_pace_counts_a_shared_rounds_seconds_against_what_the_editors_rows_cost_alone():
     editor, other = Req(0, editor=True), Req(1)
     schedule.pace([(editor, 3, 0.01), (other, 0, 0.0)], [], 0.5, CPU)

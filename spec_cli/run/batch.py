@@ -174,7 +174,7 @@ class Batch:
         reading = schedule.reading_parts(self.streams, chunk=self.chunk, n_batch=self.target.n_batch,
                                          price=self._price)
         running = [s for s in self.streams if not s.reading]
-        if schedule.editors_behind(running):  # a round of editors only
+        if schedule.editors_behind(running) or schedule.editors_alone(self.streams, self._price):  # editors only
             running = [s for s in running if s.editor]
             reading = [(s, tokens) for s, tokens in reading if s.editor]
         if not running and not reading:

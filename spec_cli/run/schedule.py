@@ -12,7 +12,9 @@ is touched here, so every rule is unit-tested with fake requests.
     request (/infill) whose rounds have taken more than EDITOR_PACE times
     what they would have cost it alone gets rounds of editors only until it
     is back within, and beside a running editor the others' prompts are
-    read only as far as that pace's slack allows;
+    read only as far as that pace's slack allows; where a pass of two rows
+    costs nearly two of one (`editors_alone`), an editor has the rounds to
+    itself from its first;
   * fairness (`limits`, `fair`): a request that fell behind what it would
     have got with no request drafting has the requests ahead of it draft
     nothing until it is back within FAIR_SHARE;
@@ -38,6 +40,7 @@ FAIR_TOKENS = 4.0
 # rounds would have taken alone; past it, rounds run editors only until it
 # is back within (the others wait: an editor's latency comes first)
 EDITOR_PACE = 1.25
+STEEP = 1.6  # c(2)/c(1) from which an editor runs alone (editors_alone)
 EDITOR_CHUNK = 16  # the least of another's prompt read beside a running editor (editors_allow)
 # a pass over the weights of a multiple of this many rows takes llama.cpp's
 # whole-tile kernels: one row fewer costs more (docs/results.md, "Prompt
@@ -51,6 +54,19 @@ def editors_behind(running: Sequence) -> bool:
     """Has a running editor fallen behind its pace alone?  (Then the round
     is the editors' only.)"""
     return any(s.editor and s.spent_s > EDITOR_PACE * s.alone_s for s in running)
+
+
+def editors_alone(streams: Sequence, price: Price | None) -> bool:
+    """Does an editor, running or reading its prompt, have the rounds to
+    itself from the start?  Where a pass of two rows costs STEEP times one
+    or more (a compute-bound CPU: c(2) 1.79-2.00 c(1) on this project's AMD
+    VMs, against 1.46 on its Intel ones), sharing a round would make every
+    step of the editor's nearly twice as dear, and pacing would only catch
+    it after the fact; the others wait the few steps an editor's completion
+    takes (a reader does not see 100 ms; a typist sees every one)."""
+    if price is None or not any(s.editor for s in streams) or all(s.editor for s in streams):
+        return False
+    return price(2) >= STEEP * price(1)
 
 
 def reading_parts(streams: Sequence, *, chunk: int, n_batch: int, price: Price | None) -> list[tuple[object, list]]:
