@@ -5,6 +5,8 @@ echoed prompt's logprobs.  Run in the worker's thread (they may decode)."""
 
 from __future__ import annotations
 
+import functools
+
 from ..errors import SpecError
 from .api import ApiError, Request
 from .replies import Reply
@@ -38,6 +40,7 @@ def prompt_of(target, req: Request, budget: int, *, special: bool = True) -> tup
     return fim.tokens, fim.truncated, "input_prefix"
 
 
+@functools.lru_cache(maxsize=4)
 def fim_markers(vocab) -> tuple[str, str, str] | None:
     """The texts of the vocabulary's FIM prefix, suffix and middle tokens, or None."""
     sp = vocab.special_tokens()
@@ -65,6 +68,17 @@ def recognize_fim(markers: tuple[str, str, str] | None, req: Request) -> None:
     else:
         return
     fill_in(req, prefix + text[mid + n_mid:], suffix, "prompt", text)
+
+
+def editor_stops(req: Request):
+    """Where an editor's middle ends (run.editor.EditorStops), or None for
+    a request that is not one."""
+    from ..run.editor import EditorStops
+
+    if req.kind != "infill":
+        return None
+    return EditorStops(n_indent=req.n_indent, suffix=req.input_suffix, t_max_predict_ms=req.t_max_predict_ms,
+                       prefix=req.input_prefix + req.prompt, insertion=req.editor_stops)
 
 
 def check_ids(req: Request, n_vocab: int) -> None:

@@ -13,8 +13,8 @@ evaluates only what is new (moved first to a slot beside the busy ones
 where its own would leave a gap between them: `choose_slot`); the lookup
 drafts from every earlier output (suffix.Store).
 
-Editors (`/infill`) wait in a queue of their own and take the first free
-slot.  With --deterministic, the requests running at once take turns, a
+Editors (fill-in-the-middle, from whichever door) wait in a queue of their
+own and take the first free slot.  With --deterministic, the requests running at once take turns, a
 target batch each (a batch holding another sequence's rows is not
 bitwise one sequence's): each one's text is `generate --deterministic`'s.
 """
@@ -35,7 +35,6 @@ from ..core.tokens import common_prefix
 from ..llama.cores import RECOUNT_S, Recount
 from ..errors import SpecError
 from ..run.batch import Batch, Stream
-from ..run.editor import EditorStops
 from ..run.engine import GenConfig, Generation
 from ..run.runner import Pair
 from ..run.session import Session
@@ -43,7 +42,7 @@ from ..run.suffix import Store
 from .api import ApiError, Request, internal, shutting_down
 from .constrain import tool_spec
 from .replies import Reply
-from .start import check_ids, echo, fim_markers, prompt_of, proposer_for, recognize_fim
+from .start import check_ids, echo, editor_stops, fim_markers, prompt_of, proposer_for, recognize_fim
 from .metrics import Metrics
 from ..run.schedule import choose_slot
 
@@ -182,12 +181,8 @@ class Worker:
         return compile_for(self.pair.target.vocab, spec)
 
     def recognize(self, req: Request) -> None:
-        """A raw prompt in the model's own FIM template goes the editor's way
-        (start.recognize_fim), where the server reads special tokens in raw prompts."""
-        if self.cfg.parse_special and req.kind == "completion":
-            if not hasattr(self, "_fim_markers"):
-                self._fim_markers = fim_markers(self.pair.target.vocab)
-            recognize_fim(self._fim_markers, req)
+        """A raw prompt in the model's own FIM template goes the editor's way (start.recognize_fim)."""
+        recognize_fim(fim_markers(self.pair.target.vocab) if self.cfg.parse_special else None, req)
 
     def constraint_of(self, req: Request):
         """What constrains `req`: its own constraint, or its tools' (constrain.tool_spec)."""
@@ -325,10 +320,7 @@ class Worker:
                         stop=req.stop, seed=seed, adaptive=self.cfg.adaptive, rule=self.cfg.rule,
                         grammar=req.grammar, adjust=req.adjust, logprobs=req.logprobs,
                         draft_min=spec.draft_min if spec is not None else 0)
-        stops = (EditorStops(n_indent=req.n_indent, suffix=req.input_suffix, t_max_predict_ms=req.t_max_predict_ms,
-                             prefix=req.input_prefix + req.prompt, insertion=req.editor_stops)
-                 if req.kind == "infill" else None)
-        session = Session(pair, tokens, gen, proposer, stops=stops, cancelled=job.cancel.is_set)
+        session = Session(pair, tokens, gen, proposer, stops=editor_stops(req), cancelled=job.cancel.is_set)
         stream = self.batch.add(seq, Generation(pair.target, proposer, tokens, gen), editor=req.kind == "infill")
         session.begin()
         self.slots[seq] = Running(job, session, stream)
