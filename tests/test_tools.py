@@ -109,6 +109,8 @@ def test_the_other_families_grammars_compile_and_constrain(tokenizer, family):
      '{"name": "get_time", "arguments": {}}\n</tool_call>', "Sure.", ["get_weather", "get_time"], "template"),
     ('```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```', None, ["get_weather"], "fenced"),
     ('{"name": "get_weather", "parameters": {"city": "Paris"}}', None, ["get_weather"], "bare"),
+    ('{{"name": "get_weather", "arguments": {"city": "./"}}}', None, ["get_weather"], "bare"),  # Qwen2.5-Coder's
+    ('{{"name": "nope", "arguments": {}}}', '{{"name": "nope", "arguments": {}}}', [], None),
     ('[TOOL_CALLS][{"name": "get_time", "arguments": "{}"}]', None, ["get_time"], "template"),
     ('{"name": "get_date", "arguments": {}}', '{"name": "get_date", "arguments": {}}', [], None),
     ("The weather is fine.", "The weather is fine.", [], None),

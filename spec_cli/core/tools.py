@@ -14,8 +14,9 @@ a call starts (the family's marker) its name is one of the tools and its
 arguments follow that tool's JSON schema, so every call parses; under
 "required" or a named function the reply is calls from its first token.
 Small models also write calls their template does not define -- a JSON
-object naming a tool, in a ```json fence or bare -- and `parse` reads those
-too (`Parsed.form` says which form it was).
+object naming a tool, in a ```json fence or bare (or in doubled braces, as
+Qwen2.5-Coder's GGUF template shows one) -- and `parse` reads those too
+(`Parsed.form` says which form it was).
 """
 
 from __future__ import annotations
@@ -208,7 +209,11 @@ def parse(text: str, use: ToolUse) -> Parsed:
         return template
     stripped = text.strip()
     fence = re.fullmatch(r"```(?:json)?\s*\n?(.*?)\n?```", stripped, re.S)
-    for body, form in ((fence.group(1), "fenced") if fence else (None, None), (stripped, "bare")):
+    # Qwen2.5-Coder's GGUF template shows a call as {{"name": ..., "arguments": ...}} (a doubled
+    # brace from a format string), and its models write it so, without the <tool_call> tags
+    doubled = stripped[1:-1] if stripped.startswith("{{") and stripped.endswith("}}") else None
+    for body, form in ((fence.group(1), "fenced") if fence else (None, None), (stripped, "bare"),
+                       (doubled, "bare")):
         if body is None:
             continue
         found = _decode_at(body, 0)
