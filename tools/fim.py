@@ -42,7 +42,12 @@ PATHS = ("infill", "completion-raw", "v1-suffix", "v1-raw", "ollama-suffix")
 TEMPLATE = "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>"  # Qwen2.5-Coder's
 
 
-def request(path: str, task: dict, n: int) -> tuple[str, dict]:
+def request(path: str, task: dict, n: int, extra: dict | None = None) -> tuple[str, dict]:
+    route, body = _request(path, task, n)
+    return route, {**body, **(extra or {})}
+
+
+def _request(path: str, task: dict, n: int) -> tuple[str, dict]:
     p, s = task["prefix"], task["suffix"]
     raw = TEMPLATE.format(prefix=p, suffix=s)
     if path == "infill":
@@ -65,8 +70,8 @@ def middle_of(path: str, reply: dict) -> str:
     return reply["response"]
 
 
-def ask(base: str, path: str, task: dict, n: int) -> tuple[str | None, float]:
-    route, body = request(path, task, n)
+def ask(base: str, path: str, task: dict, n: int, extra: dict | None = None) -> tuple[str | None, float]:
+    route, body = request(path, task, n, extra)
     req = urllib.request.Request(base + route, json.dumps(body).encode(), {"Content-Type": "application/json"})
     t0 = time.perf_counter()
     try:
@@ -105,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default=str(TASKS))
     ap.add_argument("--serve-arg", action="append", default=[])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-editor-stops", action="store_true",
+                    help="send spec-cli's editor_stops: false (the middle untrimmed: what the insertion rules buy)")
     args = ap.parse_args(argv)
     try:
         tasks = [json.loads(x) for x in Path(args.tasks).read_text().splitlines() if x.strip()]
@@ -120,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, task in enumerate(tasks):
             order = paths[i % len(paths):] + paths[:i % len(paths)]
             for path in order:
-                middle, seconds = ask(base, path, task, args.tokens)
+                middle, seconds = ask(base, path, task, args.tokens,
+                                      {"editor_stops": False} if args.no_editor_stops else None)
                 row = rows[path]
                 row["times"].append(seconds)
                 if middle is None:
