@@ -38,14 +38,14 @@ def test_anthropic_blocks_become_the_chat_a_template_reads():
                              {"type": "tool_result", "tool_use_id": "toolu_1",
                               "content": [{"type": "text", "text": "18 C"}]},
                              {"type": "text", "text": "And so?"}]}]}
-    req = Anthropic().parse(body, {})
+    req = Anthropic().parse(body)
     roles = [m["role"] for m in req.messages]
     assert roles == ["system", "user", "assistant", "tool", "user"]
     assert req.messages[2]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
     assert req.messages[3] == {"role": "tool", "content": "18 C", "tool_call_id": "toolu_1"}
     assert (req.max_tokens, req.stop, req.sampling.temperature, req.sampling.top_k) == (20, ("\n\n",), 0.0, 3)
     assert req.tools.choice == "required" and not req.tools.parallel and req.ignored == []
-    named = Anthropic().parse({**body, "tool_choice": {"type": "tool", "name": "get_weather"}}, {})
+    named = Anthropic().parse({**body, "tool_choice": {"type": "tool", "name": "get_weather"}})
     assert (named.tools.choice, named.tools.name) == ("function", "get_weather")
 
 
@@ -70,7 +70,7 @@ def test_anthropic_blocks_become_the_chat_a_template_reads():
 def test_anthropic_refusals_name_anthropics_field(change, param):
     body = {"model": "m", "max_tokens": 8, "messages": USER, **change}
     body = {k: v for k, v in body.items() if v is not None}
-    assert _param(Anthropic().parse, body, {}) == param
+    assert _param(Anthropic().parse, body) == param
 
 
 def test_count_tokens_needs_no_max_tokens():
@@ -85,11 +85,11 @@ def test_responses_items_chain_calls_and_their_outputs():
                       {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
                       {"type": "function_call_output", "call_id": "c1", "output": "18 C"}],
             "text": {"format": {"type": "json_schema", "name": "w", "schema": {"type": "object"}, "strict": True}}}
-    req = door.parse(body, {})
+    req = door.parse(body)
     assert [m["role"] for m in req.messages] == ["system", "user", "assistant", "tool"]
     assert req.max_tokens == 30 and req.tools.tools[0].name == "get_weather"
     assert req.constraint is not None and req.constraint.strict
-    assert door.parse({"input": "hi"}, {}).messages == [{"role": "user", "content": "hi"}]
+    assert door.parse({"input": "hi"}).messages == [{"role": "user", "content": "hi"}]
 
 
 @pytest.mark.parametrize("change, param", [
@@ -105,7 +105,7 @@ def test_responses_items_chain_calls_and_their_outputs():
     ({"store": "yes"}, "store"),
 ])
 def test_responses_refusals_name_the_field(change, param):
-    assert _param(Responses(Store()).parse, {"input": "hi", **change}, {}) == param
+    assert _param(Responses(Store()).parse, {"input": "hi", **change}) == param
 
 
 def test_the_store_keeps_the_last_n_for_a_while():
@@ -123,17 +123,17 @@ def test_ollama_options_and_messages_translate():
         {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "w", "arguments": {"c": 1}}}]},
         {"role": "tool", "content": "18 C", "tool_name": "w"}],
         "options": {"temperature": 0, "num_predict": 12, "stop": ["x"], "num_ctx": 2048, "num_thread": 4,
-                    "weird": 1}, "keep_alive": "5m", "stream": False}, {})
+                    "weird": 1}, "keep_alive": "5m", "stream": False})
     assert req.messages[2]["tool_call_id"] == req.messages[1]["tool_calls"][0]["id"]
     assert (req.max_tokens, req.sampling.temperature, req.stop, req.stream) == (12, 0.0, ("x",), False)
     assert req.ignored == ["options.weird"]
-    assert Chat(4096).parse({"messages": USER}, {}).stream  # Ollama streams unless told not to
-    assert Chat(4096).parse({"messages": USER}, {}).sampling.temperature == 0.8
+    assert Chat(4096).parse({"messages": USER}).stream  # Ollama streams unless told not to
+    assert Chat(4096).parse({"messages": USER}).sampling.temperature == 0.8
     g = Generate(4096)
-    assert g.parse({"prompt": "hi", "system": "S"}, {}).messages[0] == {"role": "system", "content": "S"}
-    assert g.parse({"prompt": "hi", "raw": True}, {}).kind == "completion"
-    assert g.parse({"prompt": "def f(", "suffix": "\n"}, {}).kind == "infill"
-    assert g.parse({"model": "m"}, {})["done_reason"] == "load"
+    assert g.parse({"prompt": "hi", "system": "S"}).messages[0] == {"role": "system", "content": "S"}
+    assert g.parse({"prompt": "hi", "raw": True}).kind == "completion"
+    assert g.parse({"prompt": "def f(", "suffix": "\n"}).kind == "infill"
+    assert g.parse({"model": "m"})["done_reason"] == "load"
 
 
 @pytest.mark.parametrize("door, body, param", [
@@ -149,7 +149,7 @@ def test_ollama_options_and_messages_translate():
     (Generate(4096), {"prompt": "x", "context": [1, 2]}, "context"),
 ])
 def test_ollama_refusals_name_the_field(door, body, param):
-    assert _param(door.parse, body, {}) == param
+    assert _param(door.parse, body) == param
 
 
 def test_each_api_has_its_error_shape():

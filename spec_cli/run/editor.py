@@ -98,8 +98,7 @@ def fim_prompt(vocab, prefix: str, suffix: str, *, middle: str = "",
 
 def cursor_indent(prefix: str) -> int:
     """The indentation (spaces and tabs) of the cursor's line."""
-    line = prefix[prefix.rfind("\n") + 1:]
-    return len(line) - len(line.lstrip(" \t"))
+    return _indent(prefix[prefix.rfind("\n") + 1:])
 
 
 def _echo_lines(suffix: str) -> list[str]:
@@ -158,10 +157,15 @@ class EditorStops:
             return None
         cursor = _indent(self._head + text[:first])
         floor = min(cursor, self._suffix_indent) if self._suffix_indent > 0 else (1 if cursor > 0 else 0)
-        for start, _, _ in _nonblank(text[first + 1:]):
-            line = text[first + 1 + start:].partition("\n")[0]
-            if _indent(line) < floor:
-                return first + 1 + start
+        start = first + 1
+        while start < len(text):  # each later line, once its first character has come
+            end = text.find("\n", start)
+            line = text[start:] if end < 0 else text[start:end]
+            if line.strip() and _indent(line) < floor:
+                return start
+            if end < 0:
+                break
+            start = end + 1
         return None
 
     def cut(self, text: str, elapsed_s: float = 0.0, *, new_from: int = 0) -> int | None:

@@ -13,7 +13,8 @@ from typing import Any, AsyncIterator
 from ..core.tools import MAX_TOOLS, NAME
 from .api import MAX_STOPS, ApiError, Request, bad, json_object, parse_chat
 from .door import Door, sse
-from .replies import Reply, cached, speculation, timings
+from .messages import MEDIA, text_parts
+from .replies import Reply, cached
 from .shapes import anthropic_error
 from .stream import Done, Failed, Text, answer, ending, pieces
 
@@ -30,20 +31,7 @@ STOP = {"tool_calls": "tool_use", "length": "max_tokens", "word": "stop_sequence
 
 def _text_of(value: Any, where: str) -> str:
     """A string, or a list of text blocks (`system`, a tool result's content)."""
-    if isinstance(value, str):
-        return value
-    if not isinstance(value, list):
-        raise bad(where, "must be a string or a list of text blocks")
-    out = []
-    for j, block in enumerate(value):
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind in ("image", "document"):
-            raise bad(f"{where}[{j}]", f"is {'an image' if kind == 'image' else 'a document'}: this server reads "
-                                       "text only")
-        if kind != "text" or not isinstance(block.get("text"), str):
-            raise bad(f"{where}[{j}]", "must be a text block {\"type\": \"text\", \"text\": ...}")
-        out.append(block["text"])
-    return "".join(out)
+    return text_parts(value, where, kinds=("text",), shape="text block")
 
 
 def _message(m: Any, where: str, issued: set[str]) -> list[dict]:
@@ -79,8 +67,8 @@ def _message(m: Any, where: str, issued: set[str]) -> list[dict]:
             body = _text_of(block.get("content", ""), f"{at}.content")
             results.append({"role": "tool", "tool_call_id": call,
                             "content": ("Error: " + body) if block.get("is_error") is True else body})
-        elif kind in ("image", "document"):
-            raise bad(at, f"is {'an image' if kind == 'image' else 'a document'}: this server reads text only")
+        elif kind in MEDIA:
+            raise bad(at, f"is {MEDIA[kind]}: this server reads text only")
         else:
             raise bad(at, f"is a {str(kind)[:40]!r} block: {role} messages here hold text"
                           + (" and tool_use blocks" if role == "assistant" else " and tool_result blocks"))
@@ -185,7 +173,7 @@ def translate(body: Any, *, counting: bool = False) -> dict:
 class Anthropic(Door):
     """`POST /v1/messages`."""
 
-    def parse(self, body: Any, headers) -> Request:
+    def parse(self, body: Any) -> Request:
         req = parse_chat(translate(body))
         req.ignored = sorted(k for k in body if k not in KNOWN)
         if isinstance(body.get("thinking"), dict) and body["thinking"].get("type") not in (None, "disabled"):
@@ -203,7 +191,7 @@ class Anthropic(Door):
         content += [_tool_use(c) for c in a.calls]
         return {**_message_head(reply), "content": content, "stop_reason": STOP[a.reason],
                 "stop_sequence": a.stop_word if a.reason == "word" else None,
-                "usage": _usage(reply, session.stats), **_extras(reply, session.stats)}
+                "usage": _usage(reply, session.stats), **reply.extras(session.stats)}
 
     async def events(self, reply: Reply, job) -> AsyncIterator[str]:
         """message_start, ping, a text block's deltas, each tool_use block
@@ -240,7 +228,7 @@ class Anthropic(Door):
                 yield sse({"type": "message_delta",
                            "delta": {"stop_reason": STOP[reason],
                                      "stop_sequence": s.stop_word if reason == "word" else None},
-                           "usage": {"output_tokens": s.stats.tokens}, **_extras(reply, s.stats)}, "message_delta")
+                           "usage": {"output_tokens": s.stats.tokens}, **reply.extras(s.stats)}, "message_delta")
                 yield _event("message_stop")
             elif isinstance(p, Failed):
                 yield sse(anthropic_error(p.error), "error")
@@ -266,12 +254,6 @@ def _usage(reply: Reply, stats) -> dict:
     hit = cached(reply.n_prompt, stats)
     return {"input_tokens": reply.n_prompt - hit, "output_tokens": stats.tokens,
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": hit}
-
-
-def _extras(reply: Reply, stats) -> dict:
-    """spec-cli's own fields (extensions a client ignores)."""
-    return {"speculation": speculation(stats, reply.proposer, reply.seed),
-            "timings": timings(stats, cached(reply.n_prompt, stats))}
 
 
 def count_tokens(vocab, body: Any) -> dict:

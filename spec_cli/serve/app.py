@@ -119,7 +119,7 @@ class _Routes:
             except ClientDisconnect:
                 log.info("a client left while sending its request body")
                 return Response(status_code=499)
-            req = door.parse(body, request.headers)
+            req = door.parse(body)
             if isinstance(req, dict):  # answered without generating
                 return JSONResponse(req)
             self.worker.recognize(req)

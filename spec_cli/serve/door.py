@@ -29,7 +29,7 @@ class Door:
 
     media_type = "text/event-stream"
 
-    def parse(self, body: Any, headers: dict[str, str]) -> Request | dict:
+    def parse(self, body: Any) -> Request | dict:
         """The request, or a dict answered at once without generating."""
         raise NotImplementedError
 
@@ -52,7 +52,7 @@ class OpenAI(Door):
     def __init__(self, parse: Callable[[Any], Request]):
         self._parse = parse
 
-    def parse(self, body: Any, headers: dict[str, str]) -> Request:
+    def parse(self, body: Any) -> Request:
         return self._parse(body)
 
     def full(self, reply: Reply, session) -> dict:

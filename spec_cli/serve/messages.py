@@ -105,3 +105,30 @@ def _content(content: Any, where: str) -> str:
             parts.append(part["text"])
         return "".join(parts)
     raise bad(where, "must be a string or a list of text parts")
+
+
+# parts that are not text, as the APIs name them (what a refusal calls them)
+MEDIA = {"image": "an image", "image_url": "an image", "input_image": "an image", "document": "a document",
+         "input_file": "a file", "file": "a file", "input_audio": "audio"}
+
+
+def text_parts(content: Any, where: str, *, kinds: tuple[str, ...], shape: str) -> str:
+    """A string, or a list of parts of `kinds` (their "text", or a
+    refusal's "refusal") joined: Anthropic's text blocks, the Responses
+    API's input and output text.  A media part is refused naming what it
+    is; anything else as not `shape`."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad(where, f"must be a string or a list of {shape}s")
+    out = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in MEDIA:
+            raise bad(f"{where}[{j}]", f"is {MEDIA[kind]}: this server reads text only")
+        text = part.get("text", part.get("refusal")) if kind in kinds else None
+        if not isinstance(text, str):
+            raise bad(f"{where}[{j}]", f"must be a {shape} {{\"type\": \"{kinds[0]}\", \"text\": ...}}")
+        out.append(text)
+    return "".join(out)
+

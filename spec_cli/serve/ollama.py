@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator
 
 from .api import ApiError, Request, bad, json_object, parse_chat, parse_completion, parse_infill
 from .door import Door
-from .replies import Reply, speculation
+from .replies import Reply
 from .shapes import ollama_error
 from .stream import Done, Failed, Text, answer, ending, pieces
 
@@ -122,7 +122,7 @@ class Chat(Door):
     def error(self, e: ApiError) -> dict:
         return ollama_error(e)
 
-    def parse(self, body: Any, headers) -> Request:
+    def parse(self, body: Any) -> Request:
         body = json_object(body)
         chat = {"messages": _messages(body.get("messages")), **_options(body, self.n_ctx)}
         if body.get("tools"):
@@ -155,8 +155,7 @@ class Chat(Door):
         return {"done": True, "done_reason": "length" if reason == "length" else "stop",
                 "total_duration": ns(s.wall_s), "load_duration": 0, "prompt_eval_count": reply.n_prompt,
                 "prompt_eval_duration": ns(s.prefill_s), "eval_count": s.tokens,
-                "eval_duration": ns(max(s.wall_s - s.prefill_s, 0.0)),
-                "speculation": speculation(s, reply.proposer, reply.seed)}
+                "eval_duration": ns(max(s.wall_s - s.prefill_s, 0.0)), **reply.extras(s)}
 
     async def events(self, reply: Reply, job) -> AsyncIterator[str]:
         """One JSON object a line: the text as it comes, the calls, then
@@ -182,7 +181,7 @@ class Generate(Chat):
     as written (`raw`), or around a `suffix` (fill-in-the-middle, as
     `/infill`)."""
 
-    def parse(self, body: Any, headers) -> Request | dict:
+    def parse(self, body: Any) -> Request | dict:
         body = json_object(body)
         prompt, suffix = body.get("prompt", ""), body.get("suffix")
         if not isinstance(prompt, str):

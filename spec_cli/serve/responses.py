@@ -16,7 +16,8 @@ from typing import Any, AsyncIterator
 
 from .api import ApiError, Request, bad, json_object, number, parse_chat
 from .door import Door, sse
-from .replies import Reply, cached, speculation, timings
+from .messages import text_parts
+from .replies import Reply, cached
 from .stream import Done, Failed, Text, answer, ending, pieces
 
 STORE_N = 256          # responses kept for previous_response_id (the oldest go first)
@@ -66,20 +67,7 @@ class Store:
 
 
 def _text(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise bad(where, "must be a string or a list of content parts")
-    out = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_image", "input_file", "input_audio"):
-            raise bad(f"{where}[{j}]", f"is an {kind[6:]}: this server reads text only")
-        text = part.get("text", part.get("refusal")) if kind in _TEXT_PARTS else None
-        if not isinstance(text, str):
-            raise bad(f"{where}[{j}]", "must be a text part {\"type\": \"input_text\", \"text\": ...}")
-        out.append(text)
-    return "".join(out)
+    return text_parts(content, where, kinds=_TEXT_PARTS, shape="text part")
 
 
 def _items(value: Any, history: list[dict]) -> list[dict]:
@@ -178,7 +166,7 @@ class Responses(Door):
     def __init__(self, store: Store):
         self.store = store
 
-    def parse(self, body: Any, headers) -> Request:
+    def parse(self, body: Any) -> Request:
         body = json_object(body)
         for name, why in REFUSED.items():
             if body.get(name):
@@ -236,8 +224,7 @@ class Responses(Door):
         out["usage"] = {"input_tokens": reply.n_prompt, "input_tokens_details": {"cached_tokens": hit},
                         "output_tokens": session.stats.tokens, "output_tokens_details": {"reasoning_tokens": 0},
                         "total_tokens": reply.n_prompt + session.stats.tokens}
-        out["speculation"] = speculation(session.stats, reply.proposer, reply.seed)
-        out["timings"] = timings(session.stats, hit)
+        out.update(reply.extras(session.stats))
         return out
 
     def _keep(self, reply: Reply, response: dict) -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 
 from ..errors import SpecError
-from .api import ApiError, Request
+from .api import ApiError, Request, fill_in
 from .replies import Reply
 
 ECHO_CHUNK = 64  # prompt rows read at once for an echoed prompt's logprobs (echo)
@@ -52,8 +52,6 @@ def recognize_fim(markers: tuple[str, str, str] | None, req: Request) -> None:
     """A raw completion prompt written in the model's own FIM template
     (prefix-suffix-middle or suffix-prefix-middle, each marker once, the
     middle so far after the last) goes the editor's way, read as written."""
-    from .api import fill_in
-
     if markers is None or req.kind != "completion" or req.prompt_ids is not None or req.echo:
         return
     text = req.prompt

@@ -14,9 +14,10 @@ where its own would leave a gap between them: `choose_slot`); the lookup
 drafts from every earlier output (suffix.Store).
 
 Editors (fill-in-the-middle, from whichever door) wait in a queue of their
-own and take the first free slot.  With --deterministic, the requests running at once take turns, a
-target batch each (a batch holding another sequence's rows is not
-bitwise one sequence's): each one's text is `generate --deterministic`'s.
+own and take the first free slot.  With --deterministic, the requests
+running at once take turns, a target batch each (a batch holding another
+sequence's rows is not bitwise one sequence's): each one's text is
+`generate --deterministic`'s.
 """
 
 from __future__ import annotations
