@@ -69,6 +69,17 @@ def _options(body: dict, n_ctx: int) -> dict:
     return out
 
 
+def _named(parse, fields: dict) -> Request:
+    """`parse(fields)`, a refusal of an option named as Ollama names it (`options.temperature`)."""
+    try:
+        return parse(fields)
+    except ApiError as e:
+        if e.param in SAME:
+            e.message = e.message.replace(f"'{e.param}'", f"'options.{e.param}'", 1)
+            e.param = f"options.{e.param}"
+        raise
+
+
 def _ignored(body: dict) -> list[str]:
     opts = body.get("options") or {}
     names = [k for k in body if k not in KNOWN]
@@ -127,7 +138,7 @@ class Chat(Door):
         chat = {"messages": _messages(body.get("messages")), **_options(body, self.n_ctx)}
         if body.get("tools"):
             chat["tools"] = body["tools"]
-        req = parse_chat(chat)
+        req = _named(parse_chat, chat)
         req.ignored = _ignored(body)
         return req
 
@@ -203,17 +214,17 @@ class Generate(Chat):
                 raise bad("format", "cannot constrain a fill-in-the-middle completion ('suffix'): leave it out")
             opts = body.get("options") or {}
             fields["temperature"] = opts.get("temperature", 0.0)  # an editor's completion: the likeliest
-            req = parse_infill({"input_prefix": prompt, "input_suffix": suffix, **fields})
+            req = _named(parse_infill, {"input_prefix": prompt, "input_suffix": suffix, **fields})
             req.fim_from = "suffix"  # a model without FIM tokens: a 400 naming it
         elif body.get("raw") is True:
-            req = parse_completion({"prompt": prompt, **fields}, native=True)
+            req = _named(lambda body: parse_completion(body, native=True), {"prompt": prompt, **fields})
         else:
             system = body.get("system")
             if system is not None and not isinstance(system, str):
                 raise bad("system", "must be a string")
             messages = ([{"role": "system", "content": system}] if system else []) + \
                 [{"role": "user", "content": prompt}]
-            req = parse_chat({"messages": messages, **fields})
+            req = _named(parse_chat, {"messages": messages, **fields})
         req.ignored = _ignored(body)
         return req
 
