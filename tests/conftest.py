@@ -34,7 +34,8 @@ FAULT_DIR = Path(__file__).resolve().parent / "fault"  # the stand-in for a faul
 # with llama.cpp out of reach altogether (the tier blocks `llama_cpp`, here
 # and in the processes the tests start), so a test that needs it fails there.
 UNIT_MODULES = {"test_pure_logic", "test_schedule", "test_access_api", "test_constraint", "test_schema", "test_adjust", "test_tools", "test_jobs", "test_policy", "test_verify", "test_registry", "test_editor", "test_mirror", "test_report",
-                "test_hub", "test_door_parsing", "test_cli", "test_clock", "test_sampling", "test_cores", "test_bench", "test_cpucheck"}
+                "test_hub", "test_door_parsing", "test_cli", "test_clock", "test_sampling", "test_cores", "test_bench", "test_cpucheck",
+                "test_reasoning"}
 MODEL_FIXTURES = {"smollm_path", "target_path", "draft_path"}  # every model fixture starts from one
 # (a test of those modules that needs llama.cpp but no model is marked `llama`)
 

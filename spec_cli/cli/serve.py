@@ -50,6 +50,17 @@ RawSpecial = Annotated[bool, typer.Option(
          "works; --no-parse-special reads them as plain text, for deployments that put untrusted text into "
          "raw prompts. Chat messages are always plain text.")]
 
+ReasoningFormat = Annotated[str, typer.Option(
+    "--reasoning-format", metavar="auto|none",
+    help="A reasoning model's thinking (its template's <think> block, ...): 'auto' sends it apart "
+         "(reasoning_content, Anthropic's thinking blocks, Responses' reasoning items, Ollama's thinking); "
+         "'none' leaves it in the answer's text. A request's reasoning_format overrides it.")]
+ReasoningBudget = Annotated[int, typer.Option(
+    "--reasoning-budget", min=-1, metavar="N",
+    help="Thinking tokens a reply may spend before its block is closed for it (the end marker forced, "
+         "drafted for free); -1: no bound, 0: no thinking. A request's reasoning_budget_tokens "
+         "(thinking_budget_tokens, Anthropic's thinking.budget_tokens) overrides it.")]
+
 
 def serve(
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
@@ -58,7 +69,7 @@ def serve(
     draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0, ctx: Ctx = 4096, threads: Threads = 0,
     rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
-    parse_special: RawSpecial = True,
+    parse_special: RawSpecial = True, reasoning_format: ReasoningFormat = "auto", reasoning_budget: ReasoningBudget = -1,
 ) -> None:
     """Serve the pair over HTTP: the OpenAI API (chat completions,
     completions, Responses) for chat clients, Codex CLI and the Agents SDK;
@@ -80,7 +91,11 @@ def serve(
       spec-cli serve --port 11434   # where apps look for Ollama
     """
     create_app, ServeConfig, Worker = _server_parts()
+    from ..core.reasoning import FORMATS
     from ..term import render
+
+    if reasoning_format not in FORMATS:
+        raise typer.BadParameter(f"must be auto or none, not {reasoning_format!r}", param_hint="--reasoning-format")
 
     _log_to_stderr(quiet)
     if not _loopback(host):
@@ -99,7 +114,9 @@ def serve(
     # libgomp throttles once there are more than cores: docs/results.md, "Behind the code")
     worker = Worker(lambda: load(cfg, quiet=quiet, rule=rule),
                     ServeConfig(model=name, queue=queue, draft_max=draft_max, adaptive=not fixed_draft, rule=rule,
-                                spare=spare, recount=threads == 0 and not deterministic, parse_special=parse_special))
+                                spare=spare, recount=threads == 0 and not deterministic, parse_special=parse_special,
+                                reasoning_format=reasoning_format,
+                                reasoning_budget=None if reasoning_budget < 0 else reasoning_budget))
     pair = worker.pair
     try:
         from ..serve.access import Access

@@ -103,13 +103,15 @@ class Vocab:
     def chat_template(self) -> str | None:
         return meta(self._model, "tokenizer.chat_template")
 
-    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
+                            kwargs: dict | None = None) -> str:
         """Render `messages` with the GGUF's own chat template (sandboxed
         Jinja, as llama-cpp-python renders it), ready for the reply; with
-        `tools` (OpenAI's function definitions) as the template shows them."""
+        `tools` (OpenAI's function definitions) as the template shows them,
+        and `kwargs`, the template's own variables (`enable_thinking`, ...)."""
         fmt = self._chat_formatter()
         try:
-            return fmt(messages=messages, tools=tools or None).prompt
+            return fmt(messages=messages, tools=tools or None, **(kwargs or {})).prompt
         except Exception as e:  # the template's own raise_exception, or a message it cannot render
             raise SpecError(f"{self.name}'s chat template cannot render these messages: {e}",
                             hint="Check the roles' order and the tool calls in the history.") from None
@@ -129,7 +131,8 @@ class Vocab:
                                                   bos_token=self.token_text(self.bos))
         return self._formatter
 
-    def tokenize_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    def tokenize_chat(self, messages: list[dict], tools: list[dict] | None = None,
+                      kwargs: dict | None = None) -> list[int]:
         """Tokens of `messages` in the GGUF's chat template, ready for the
         reply.  Special tokens are parsed in the template's own text only:
         a message's content is tokenized as plain text, so a role marker
@@ -141,9 +144,10 @@ class Vocab:
         for what, value in (("the tools", tools), ("a tool call", [m["tool_calls"] for m in messages if m.get("tool_calls")])):
             if value and self._has_special(json.dumps(value, ensure_ascii=False)):
                 raise SpecError(f"{what} hold the text of a special token", hint="Remove it.")
-        rendered = self.apply_chat_template(messages, tools)
+        rendered = self.apply_chat_template(messages, tools, kwargs)
         contents = [m.get("content") or "" for m in messages]
-        marked = self.apply_chat_template([{**m, "content": MARK.format(i)} for i, m in enumerate(messages)], tools)
+        marked = self.apply_chat_template([{**m, "content": MARK.format(i)} for i, m in enumerate(messages)], tools,
+                                          kwargs)
         spans = content_spans(rendered, marked, contents)
         if spans is None:  # the template changes contents in ways the marks cannot follow
             for i, content in enumerate(contents):

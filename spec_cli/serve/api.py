@@ -13,7 +13,7 @@ from ..core.constraint import ConstraintError, Spec
 from ..core.tools import ToolUse
 from ..core.adjust import Adjust
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingConfig
-from . import fields
+from . import fields, thinking
 # the errors are imported from here by the rest of serve/
 from .checks import ApiError, bad, flag, internal, json_object, number, shutting_down, string  # noqa: F401
 from .messages import message, tools
@@ -66,6 +66,10 @@ class Request:
     fim_from: str | None = None
     fim_text: str | None = None
     editor_stops: bool = True
+    # chat: what it asks of a reasoning model's thinking (thinking.Ask), and how its reply is
+    # read once its prompt is known (thinking.Plan: None where the template has no thinking)
+    reasoning: object = None
+    thinking: object = None
 
 
 # -- field checks -------------------------------------------------------------
@@ -227,6 +231,7 @@ def parse_chat(body: Any) -> Request:
     _prediction(body, req)
     req.constraint = _constraint(body)
     req.tools = tools(body)
+    req.reasoning = thinking.parse(body)
     if req.tools is not None and req.constraint is not None and req.constraint.kind not in (
             "json_schema", "json_object"):
         raise ApiError(400, f"'{req.constraint.where}' (a grammar) together with 'tools' is not supported: "

@@ -66,10 +66,12 @@ class OpenAI(Door):
             yield sse(reply.chunk(None, None, first=True))
         async for p in pieces(job, req):
             if isinstance(p, Text):
-                yield sse(reply.chunk(p.text, None, segments=p.segments, probs=p.probs))
+                yield sse(reply.chunk(p.text, None, segments=p.segments, probs=p.probs, reasoning=p.reasoning))
             elif isinstance(p, Done):
                 s = p.session
                 final = reply.chunk(None, s.finish, s.stats, stop_type=s.stop_type, probs=p.probs)
+                if p.thinking is not None and p.thinking.unfinished:
+                    final["reasoning_unfinished"] = True
                 if p.calls is not None and p.calls.calls:
                     yield sse(reply.tool_chunk(p.calls.calls))
                     final["choices"][0]["finish_reason"] = "tool_calls"

@@ -29,7 +29,8 @@ COMMON = {"model", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "st
 KNOWN = {
     "chat": COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
                       "parallel_tool_calls", "prediction", "functions", "function_call", "audio", "modalities",
-                      "web_search_options"},
+                      "web_search_options", "chat_template_kwargs", "reasoning_effort", "reasoning_format",
+                      "reasoning_budget_tokens", "thinking_budget_tokens"},
     "completion": COMMON | {"prompt", "suffix", "prediction", "editor_stops"},
     "infill": COMMON | {"input_prefix", "input_suffix", "input_extra", "prompt", "n_indent", "t_max_predict_ms",
                         "t_max_prompt_ms", "response_fields", "editor_stops"},
@@ -39,7 +40,7 @@ KNOWN["native"] = KNOWN["completion"] | {"response_fields", "t_max_predict_ms", 
 IGNORED = {"user", "metadata", "store", "service_tier", "id_slot", "timings_per_token", "return_tokens",
            "n_keep", "n_cmpl", "lora", "return_progress", "safety_identifier", "prompt_cache_key", "verbosity",
            "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "mirostat_tau",
-           "mirostat_eta", "dynatemp_exponent", "xtc_threshold", "min_keep", "reasoning_effort"}
+           "mirostat_eta", "dynatemp_exponent", "xtc_threshold", "min_keep"}
 # samplers this server does not run: accepted at the value that leaves them off, else refused
 NEUTRAL = {"mirostat": 0, "typical_p": 1.0, "typ_p": 1.0, "tfs_z": 1.0, "dry_multiplier": 0.0,
            "xtc_probability": 0.0, "top_n_sigma": -1.0, "dynatemp_range": 0.0}

@@ -27,6 +27,11 @@ def message(m: Any, where: str) -> dict:
         out["tool_call_id"] = string(m, "tool_call_id")
         if m.get("name") is not None:
             out["name"] = string(m, "name")
+    thought = m.get("reasoning_content", m.get("reasoning"))
+    if thought is not None and role == "assistant":  # a template that shows past thinking reads it
+        if not isinstance(thought, str):
+            raise bad(f"{where}.reasoning_content", "must be a string")
+        out["reasoning_content"] = thought
     calls = m.get("tool_calls")
     if calls is not None and role == "assistant":
         if not isinstance(calls, list):

@@ -121,7 +121,7 @@ class Reply:
         n_cached = cached(self.n_prompt, stats)
         out = {"speculation": speculation(stats, self.proposer, self.seed), "timings": timings(stats, n_cached)}
         g = self.req.grammar
-        if g is not None:  # what constrained the output, and what of it was not enforced
+        if g is not None and g.spec is not None:  # what constrained the output, and what of it was not enforced
             out["constraint"] = {"kind": g.spec.kind, "field": g.spec.where, "strict": g.spec.strict,
                                  "warnings": list(g.warnings), "compile_ms": round(g.compile_s * 1000, 3)}
         return out
@@ -134,16 +134,20 @@ class Reply:
                                   "logprobs": self.logprobs(probs)}
         extra: dict[str, Any] = {}
         if self.req.kind == "chat":
-            choice["message"] = {"role": "assistant", "content": text}
-            if self.req.tools is not None:
-                from ..core.tools import parse
+            from .stream import read
 
-                parsed = parse(text, self.req.tools)
-                if parsed.calls:
-                    choice["message"] = {"role": "assistant", "content": parsed.content,
-                                         "tool_calls": list(parsed.calls)}
-                    choice["finish_reason"] = "tool_calls"
-                    extra["tool_call_form"] = parsed.form  # the template's syntax, or a form it read besides
+            r = read(text, self.req)
+            choice["message"] = {"role": "assistant", "content": r.content}
+            parsed = r.calls
+            if parsed is not None and parsed.calls:
+                choice["message"] = {"role": "assistant", "content": parsed.content,
+                                     "tool_calls": list(parsed.calls)}
+                choice["finish_reason"] = "tool_calls"
+                extra["tool_call_form"] = parsed.form  # the template's syntax, or a form it read besides
+            if r.reasoning:  # llama-server's and DeepSeek's name, and vLLM's newer one
+                choice["message"].update(reasoning_content=r.reasoning, reasoning=r.reasoning)
+            if r.unfinished:
+                extra["reasoning_unfinished"] = True  # cut inside its thinking: no answer came
             obj = "chat.completion"
         else:
             choice["text"] = self.echo_text + text
@@ -160,7 +164,8 @@ class Reply:
                 "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}]}
 
     def chunk(self, text: str | None, finish: str | None, stats: Stats | None = None, *,
-              first: bool = False, stop_type: str | None = None, segments=None, probs=()) -> dict:
+              first: bool = False, stop_type: str | None = None, segments=None, probs=(),
+              reasoning: str = "") -> dict:
         """One streamed chunk: text, or the final one with the finish reason.
         `segments`, the text by origin ((piece, drafted?) pairs), go out as
         the extension field `spec_segments` ([{"text", "drafted"}], which
@@ -172,6 +177,8 @@ class Reply:
                                   "logprobs": self.logprobs(probs) if probs else None}
         if self.req.kind == "chat":
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+            if reasoning:
+                delta.update(reasoning_content=reasoning, reasoning=reasoning)
             if text:
                 delta["content"] = text
             choice["delta"] = delta

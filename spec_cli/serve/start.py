@@ -14,17 +14,28 @@ from .replies import Reply
 ECHO_CHUNK = 64  # prompt rows read at once for an echoed prompt's logprobs (echo)
 
 
-def prompt_of(target, req: Request, budget: int, *, special: bool = True) -> tuple[list[int], bool, str]:
+def prompt_of(target, req: Request, budget: int, *, special: bool = True,
+              reasoning: tuple[str, int | None] = ("auto", None)) -> tuple[list[int], bool, str]:
     """The request's prompt as tokens, whether it was cut to `budget` (an
     editor's context), and the field it came from.  A raw prompt's special
-    tokens are read as the model's (`special`; a chat message's never are)."""
+    tokens are read as the model's (`special`; a chat message's never are).
+    A chat's reply is planned for its thinking (thinking.plan, with the
+    server's `reasoning` format and budget): `req.thinking`, and its
+    constraint made to start after the thinking."""
     from ..run.editor import fim_prompt
 
     vocab = target.vocab
     if req.kind == "chat":
+        from .thinking import plan, template_kwargs
+
         use = req.tools
         tools = [t.as_openai() for t in use.tools] if use is not None and use.choice != "none" else None
-        return vocab.tokenize_chat(req.messages, tools), False, "messages"
+        kwargs, ignored = template_kwargs(vocab.chat_template(), req.reasoning)
+        if ignored and "reasoning_effort" not in req.ignored:
+            req.ignored.append("reasoning_effort")  # the template has no notion of it: the header says so
+        tokens = vocab.tokenize_chat(req.messages, tools, kwargs)
+        req.thinking, tokens, req.grammar = plan(vocab, req.reasoning, tokens, *reasoning, req.grammar)
+        return tokens, False, "messages"
     if req.kind == "completion":
         if req.prompt_ids is not None:
             return list(req.prompt_ids), False, "prompt"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AsyncIterator
 
+from ..core.reasoning import Split, split
 from ..core.tools import Parsed, StreamFilter, parse
 from .api import ApiError, Request
 
@@ -22,6 +23,7 @@ class Text:
     text: str
     segments: tuple | None = None
     probs: tuple = ()
+    reasoning: str = ""   # thinking that may go out now (a reasoning model's: core/reasoning.py)
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Done:
     session: object
     probs: tuple = ()
     calls: Parsed | None = None
+    thinking: Split | None = None   # the reply's reasoning read apart (None: not a reasoning template)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,29 @@ class Answer:
     form: str | None
     reason: str
     stop_word: str | None = None
+    reasoning: str | None = None   # the thinking, apart (None: none)
+    unfinished: bool = False       # the reply ended inside its thinking (no answer yet)
+
+
+@dataclass(frozen=True)
+class Read:
+    """A whole reply read: its thinking (None: none), the answer's text,
+    the calls in it (None: no tools), and whether it ended mid-thought."""
+
+    reasoning: str | None
+    content: str
+    calls: Parsed | None
+    unfinished: bool = False
+
+
+def read(text: str, req: Request) -> Read:
+    """A whole reply of `req` read for its thinking (req.thinking), then for calls."""
+    reasoning, unfinished, plan = None, False, req.thinking
+    if plan is not None:
+        s = split(text, plan.markers, plan.start)
+        text, reasoning, unfinished = s.content, s.reasoning if s.opened else None, s.unfinished
+    parsed = parse(text, req.tools) if req.tools is not None else None
+    return Read(reasoning, text, parsed, unfinished)
 
 
 def ending(session, calls: Parsed | None) -> str:
@@ -66,16 +92,18 @@ def ending(session, calls: Parsed | None) -> str:
 
 def answer(session, req: Request) -> Answer:
     """The non-streamed reply of `req` read for calls (where it had tools)."""
-    text = session.text
-    parsed = parse(text, req.tools) if req.tools is not None else None
+    r = read(session.text, req)
+    parsed = r.calls
     if parsed is not None and parsed.calls:
-        return Answer(parsed.content, parsed.calls, parsed.form, "tool_calls")
-    return Answer(text, (), None, ending(session, None), session.stop_word)
+        return Answer(parsed.content, parsed.calls, parsed.form, "tool_calls", reasoning=r.reasoning)
+    return Answer(r.content, (), None, ending(session, None), session.stop_word, r.reasoning, r.unfinished)
 
 
 async def pieces(job, req: Request) -> AsyncIterator[Text | Done | Failed]:
     """The job's events after "start", as Text pieces and one Done or Failed."""
     calls = None if req.tools is None else StreamFilter(req.tools)
+    plan = req.thinking
+    thinking = None if plan is None else Split(plan.markers, plan.start)
     probs: list = []  # logprobs of tokens whose text has not gone out yet
     while True:
         kind, payload = await job.events.get()
@@ -83,17 +111,22 @@ async def pieces(job, req: Request) -> AsyncIterator[Text | Done | Failed]:
             probs.extend(payload)
         elif kind == "step":
             text = "".join(text for text, _ in payload)
-            shown = text if calls is None else calls.feed(text)
-            if shown:
-                yield Text(shown, payload if shown == text else None, tuple(probs))
+            thought, answer_text = thinking.feed(text) if thinking is not None else ("", text)
+            shown = answer_text if calls is None else calls.feed(answer_text)
+            if shown or thought:
+                yield Text(shown, payload if shown == text else None, tuple(probs), thought)
                 probs = []
         elif kind == "done":
-            parsed = None
+            parsed, thought, rest = None, "", ""
+            if thinking is not None:
+                thought, answer_text = thinking.finish()
+                rest = answer_text if calls is None else calls.feed(answer_text)
             if calls is not None:
-                rest, parsed = calls.finish()
-                if rest:
-                    yield Text(rest)
-            yield Done(payload, tuple(probs), parsed)
+                tail, parsed = calls.finish()
+                rest += tail
+            if rest or thought:
+                yield Text(rest, None, (), thought)
+            yield Done(payload, tuple(probs), parsed, thinking)
             return
         elif kind == "error":
             yield Failed(payload)

@@ -62,8 +62,11 @@ def apply_template(vocab, body: Any) -> dict:
     req = parse_chat(body)
     use = req.tools
     tools = [t.as_openai() for t in use.tools] if use is not None and use.choice != "none" else None
+    from .thinking import template_kwargs
+
     try:
-        return {"prompt": vocab.apply_chat_template(req.messages, tools)}
+        return {"prompt": vocab.apply_chat_template(req.messages, tools,
+                                                    template_kwargs(vocab.chat_template(), req.reasoning)[0])}
     except SpecError as e:
         raise ApiError(400, e.message, param="messages") from None
 

@@ -64,6 +64,8 @@ class ServeConfig:
     proposer: str | None = None  # what drafts for every request (None: the pair's own; bench compares others)
     recount: bool = False  # count the free cores again in idle spells (llama.cores.Recount; serve, no --threads)
     parse_special: bool = True  # a raw prompt's special-token texts are the model's special tokens
+    reasoning_format: str = "auto"     # a reasoning model's thinking apart ("auto") or in the text ("none")
+    reasoning_budget: int | None = None  # thinking tokens a reply may spend (None: no bound)
 
 
 class Job:
@@ -289,7 +291,8 @@ class Worker:
         check_ids(req, pair.target.n_vocab)
         # an infill prompt is cut to fit (as llama-server does), leaving room to answer
         room = min(req.max_tokens if req.max_tokens is not None else 256, n_ctx // 4)
-        tokens, truncated, where = prompt_of(self.pair.target, req, n_ctx - room, special=self.cfg.parse_special)
+        tokens, truncated, where = prompt_of(self.pair.target, req, n_ctx - room, special=self.cfg.parse_special,
+                                             reasoning=(self.cfg.reasoning_format, self.cfg.reasoning_budget))
         if len(tokens) >= n_ctx:
             raise ApiError(400, f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}: "
                                 "shorten it, or run with a larger --ctx", param=where)
