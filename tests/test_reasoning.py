@@ -6,6 +6,7 @@ the Jinja the server renders them with."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +22,21 @@ THINK = Markers("<think>", "</think>")
 
 
 def render(name: str, messages: list[dict], **kwargs) -> str:
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+    """`messages` in a template, rendered as llama-cpp-python's Jinja2ChatFormatter renders it."""
+    import jinja2.sandbox
 
-    fmt = Jinja2ChatFormatter(template=(TEMPLATES / name).read_text(), eos_token="<|im_end|>", bos_token="")
-    return fmt(messages=messages, **kwargs).prompt
+    def raise_exception(message):
+        raise ValueError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                       extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    return env.from_string((TEMPLATES / name).read_text()).render(
+        messages=messages, add_generation_prompt=True, eos_token="<|im_end|>", bos_token="",
+        raise_exception=raise_exception, strftime_now=lambda f: "07 Dec 2026", **kwargs)
 
 
 HELLO = [{"role": "user", "content": "hi"}]
@@ -41,7 +53,8 @@ def test_each_reasoning_template_names_its_markers_and_where_the_reply_starts():
     assert opened(render("Qwen-Qwen3-0.6B.jinja", HELLO, enable_thinking=False), THINK) == "closed"
     # DeepSeek-R1's distill opens it in the prompt
     r1_template = (TEMPLATES / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja").read_text()
-    r1 = render("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", HELLO, **template_kwargs(r1_template, None)[0])
+    assert "enable_thinking" in r1_template  # the server gives it true (Vocab.apply_chat_template), as llama-server
+    r1 = render("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", HELLO, enable_thinking=True)
     assert markers_of((TEMPLATES / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja").read_text()) == THINK
     assert opened(r1, THINK) == "inside"
     # templates without a thinking block

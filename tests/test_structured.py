@@ -219,12 +219,17 @@ def test_a_non_strict_schema_is_enforced_as_far_as_it_can_be_and_says_what_was_n
     assert all(isinstance(v, int) for v in json.loads(reply["choices"][0]["message"]["content"]))
 
 
-def test_a_template_without_tool_calls_refuses_required_and_takes_a_tool_history(server):
-    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+def test_a_template_without_tool_calls_gets_the_generic_form_and_takes_a_tool_history(server):
+    """SmolLM2's template writes no tool calls: under "required" the call is
+    the generic JSON form, constrained, and read back as a call."""
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
     c = client(server)
-    with pytest.raises(openai.BadRequestError, match="defines none"):
-        c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Time?"}], tools=tools,
-                                  tool_choice="required", max_tokens=8)
+    forced = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Time in Paris?"}],
+                                       tools=tools, tool_choice="required", max_tokens=40, temperature=0)
+    call = forced.choices[0].message.tool_calls[0]
+    assert forced.choices[0].finish_reason == "tool_calls" and call.function.name == "get_time"
+    assert isinstance(json.loads(call.function.arguments)["zone"], str)
     r = c.chat.completions.create(model="m", tools=tools, max_tokens=8, temperature=0, messages=[
         {"role": "user", "content": "Time?"},
         {"role": "assistant", "content": None, "tool_calls": [

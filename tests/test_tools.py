@@ -9,7 +9,8 @@ import json
 import pytest
 
 from spec_cli.core.constraint import Spec, compile_spec
-from spec_cli.core.tools import StreamFilter, Tool, ToolUse, family_of, grammar, parse
+from spec_cli.core.calls import StreamFilter, parse
+from spec_cli.core.tools import Tool, ToolUse, family_of, grammar
 from spec_cli.serve.api import ApiError, parse_chat
 
 from test_constraint import Toy
@@ -142,7 +143,7 @@ def test_a_stream_shows_text_until_a_call_starts_and_holds_a_reply_that_may_be_o
     shown, rest, parsed = _stream(["{\"name\": \"get_weather\",", " \"arguments\": {\"city\": \"Oslo\"}}"])
     assert shown == "" and rest == "" and parsed.form == "bare"
     shown, rest, parsed = _stream(["{\"answer\"", ": 42}"])
-    assert shown == "" and rest == "{\"answer\": 42}" and not parsed.calls
+    assert shown + rest == "{\"answer\": 42}" and not parsed.calls  # once whole, known not to be a call
     shown, rest, parsed = _stream(["Plain ", "text <", "b>"])
     assert shown + rest == "Plain text <b>" and not parsed.calls
 
@@ -191,3 +192,105 @@ def test_bad_tool_and_format_fields_are_400s_naming_the_field(fields, param):
     with pytest.raises(ApiError) as e:
         parse_chat(body)
     assert e.value.status == 400 and e.value.param == param
+
+
+# -- every family, from the real templates (tests/templates) ------------------------------------------
+
+WEATHER2 = Tool("get_weather", "The weather", {"type": "object", "properties": {"city": {"type": "string"},
+                                                                      "days": {"type": "integer"}}})
+ZONE = Tool("get_time", "The time", {"type": "object", "properties": {"zone": {"type": "string"}}})
+SAMPLE = [{"id": "call1abcd", "type": "function", "function": {"name": "get_weather",
+                                                               "arguments": {"city": "Oslo", "days": 2}}},
+          {"id": "call2abcd", "type": "function", "function": {"name": "get_time", "arguments": {"zone": "CET"}}}]
+FAMILIES = {"Qwen-Qwen3-0.6B.jinja": "hermes", "Qwen3-Coder.jinja": "qwen3coder", "Qwen3.5-4B.jinja": "qwen3coder",
+            "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral2",
+            "mistralai-Mistral-Nemo-Instruct-2407.jinja": "mistral",
+            "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": "deepseek", "deepseek-ai-DeepSeek-V3.1.jinja": "deepseek",
+            "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": "commandr", "openai-gpt-oss-120b.jinja": "gptoss",
+            "meta-llama-Llama-3.1-8B-Instruct.jinja": "llama3"}
+
+
+def _rendered_calls(name: str) -> str:
+    """What the template writes for an assistant turn that called both tools (Llama 3.1's: one)."""
+    from test_reasoning import render
+
+    calls = SAMPLE[:1] if "Llama" in name else SAMPLE
+    tools = [t.as_openai() for t in (WEATHER2, ZONE)]
+    text = render(name, [{"role": "user", "content": "QQQ"}, {"role": "assistant", "content": "", "tool_calls": calls},
+                         {"role": "tool", "tool_call_id": "call1abcd", "content": "RRR"}], tools=tools)
+    text = text[text.index("QQQ") + 3:text.index("RRR")]
+    if "<|eot_id|>" in text:  # Llama 3.1: the call is the assistant turn's whole text
+        text = text[:text.rindex("<|eot_id|>")]
+        text = text[text.rindex("\n\n") + 2:]
+    return text
+
+
+@pytest.mark.parametrize("name, family", FAMILIES.items())
+def test_each_family_is_told_by_what_its_template_writes_and_its_calls_read_back(name, family):
+    written = _rendered_calls(name)
+    from test_reasoning import TEMPLATES
+
+    assert family_of((TEMPLATES / name).read_text(), written) == family
+    p = parse(written, ToolUse((WEATHER2, ZONE)))
+    want = SAMPLE[:1] if family in ("llama3", "gptoss") else SAMPLE  # one call a turn in those templates
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in p.calls] == \
+        [(c["function"]["name"], c["function"]["arguments"]) for c in want]
+    assert p.form == ("bare" if family == "llama3" else "template")  # Llama 3's own form is a bare object
+    assert len(parse(written, ToolUse((WEATHER2, ZONE), parallel=False)).calls) == 1
+
+
+@pytest.mark.parametrize("name", ["Qwen-Qwen3-0.6B.jinja", "Qwen3-Coder.jinja", "deepseek-ai-DeepSeek-V3.1.jinja",
+                                  "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja"])
+def test_each_family_s_grammar_admits_its_template_s_own_calls(tokenizer, name):
+    family = FAMILIES[name]
+    written = _rendered_calls(name)
+    begin = min(i for i in (written.find(m) for m in ("<tool_call>", "<｜tool▁calls▁begin｜>", "<|START_ACTION|>"))
+                if i >= 0)
+    end = max(written.rfind(m) + len(m) for m in ("</tool_call>", "<｜tool▁calls▁end｜>", "<|END_ACTION|>"))
+    calls = written[begin:end]
+    text = grammar(ToolUse((WEATHER2, ZONE), "required"), family, {})
+    c = compile_spec(Spec("lark", text, "tools"), tokenizer, len(TOY.tokens)).start()
+    assert c.legal(TOY(calls)) == len(TOY(calls)), (family, calls)
+    wrong = calls.replace("Oslo", "Oslo\"}, \"x\": {\"") if family != "qwen3coder" else calls.replace("city", "town")
+    assert c.legal(TOY(wrong)) < len(TOY(wrong))
+
+
+def test_auto_constrains_the_forms_small_models_write_once_they_start(tokenizer):
+    c = matcher(tokenizer, ToolUse((WEATHER, TIME)))
+    fence = TOY('I will look.\n```json\n{"name": "get_time", "arguments": {}}\n'
+                '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n```')
+    assert c.legal(fence) == len(fence)
+    bad = TOY('I will look.\n```json\n{"name": "get_weather", "arguments": {"city": 7}}')
+    assert c.legal(bad) < len(bad)  # the arguments follow the schema once the fence opens
+    bare = TOY('{"name": "get_time", "arguments": {}}\n{"name": "get_date"')
+    assert c.legal(bare) < len(bare)
+    code = TOY("Here:\n```python\nprint({'name': 1})\n```\nDone.")
+    assert c.legal(code) == len(code)  # other text, code fences included, is free
+    one = matcher(tokenizer, ToolUse((WEATHER, TIME), parallel=False))
+    two = TOY('```json\n{"name": "get_time", "arguments": {}}\n{"name"')
+    assert one.legal(two) < len(two)  # parallel_tool_calls false: one call
+
+
+@pytest.mark.parametrize("reply, names", [
+    ('```json\n{"name": "get_time", "arguments": {}}\n{"name": "get_weather", "arguments": {"city": "A"}}\n```',
+     ["get_time", "get_weather"]),
+    ('```json\n[{"name": "get_time", "arguments": {}}, {"name": "get_time", "arguments": {}}]\n```',
+     ["get_time", "get_time"]),
+    ('First:\n```json\n{"name": "get_time", "arguments": {}}\n```\nThen:\n```json\n'
+     '{"name": "get_weather", "arguments": {"city": "B"}}\n```', ["get_time", "get_weather"]),
+    ('I will call both.\n{"name": "get_time", "arguments": {}}\n{"name": "get_weather", "arguments": {"city": "C"}}',
+     ["get_time", "get_weather"]),
+    ('[TOOL_CALLS]get_time[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{"city": "D"}', ["get_time", "get_weather"]),
+    ('<|tool_call|>[{"name": "get_time", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "E"}}]',
+     ["get_time", "get_weather"]),
+])
+def test_several_calls_are_read_in_every_form(reply, names):
+    p = parse(reply, ToolUse((WEATHER, TIME)))
+    assert [c["function"]["name"] for c in p.calls] == names
+
+
+def test_a_stream_lets_a_code_fence_through_and_holds_a_call_fence():
+    shown, rest, parsed = _stream(["Here:\n```py", "thon\nx = 1\n```\nand ", "now\n```json\n{\"name\": \"get_time\", ",
+                                   "\"arguments\": {}}\n```"], ToolUse((WEATHER, TIME)))
+    assert shown == "Here:\n```python\nx = 1\n```\nand now\n" and [c["function"]["name"] for c in parsed.calls] == [
+        "get_time"]

@@ -15,7 +15,7 @@ from ..run.config import PairConfig
 from .common import FrequencyPenalty, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
 from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, MinP, PMin, ProposerName, Quiet, Rule, Seed,
-                     Target, Temp, Threads, TopK, TopP, print_coloured, run_session, stdout_write,
+                     Target, Temp, Threads, TopK, TopP, run_session, stdout_write, HideThinking, Thinking, print_reply, thinking_plan,
                      placement, Rpc, TensorSplit, Grammar, JsonObject, JsonSchema, compile_constraint,
                      constraint_spec)
 
@@ -37,6 +37,7 @@ def chat(
     gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0, deterministic: Deterministic = False,
     rule: Rule = "gumbel",
     json_schema: JsonSchema = None, grammar: Grammar = None, json_object: JsonObject = False, quiet: Quiet = False,
+    hide_thinking: HideThinking = False,
 ) -> None:
     """Chat in the model's own chat template.  Each turn evaluates only its
     new tokens: the target's and the draft's KV caches are reused.
@@ -71,7 +72,7 @@ def chat(
     if interactive:
         _setup_history()
     chat = _Chat(pair, base=[{"role": "system", "content": system}] if system else [], label=proposer,
-                 target=target, quiet=quiet, total=Stats(), gen=gen)
+                 target=target, quiet=quiet, total=Stats(), gen=gen, hide=hide_thinking)
     if rpc:
         _rescue_on_abort(chat, target)
     if not quiet:
@@ -112,8 +113,9 @@ def _rescue_on_abort(chat: "_Chat", target: str) -> None:
 
 
 class _Chat:
-    def __init__(self, pair, *, base: list, label: str, target: str, quiet: bool, total, gen):
+    def __init__(self, pair, *, base: list, label: str, target: str, quiet: bool, total, gen, hide: bool = False):
         self.pair, self.base, self.label, self.target, self.quiet = pair, base, label, target, quiet
+        self.hide = hide  # --hide-thinking
         self.messages = list(base)
         self.total, self.gen, self.turns = total, gen, 0
         self.proposer = pair.new_proposer()  # one for the conversation: its index carries over
@@ -153,17 +155,30 @@ class _Chat:
         self.turns += 1
         gen = dataclasses.replace(self.gen, seed=self.gen.seed + self.turns)
         display = Display.decide(quiet=self.quiet)
+        plan = thinking_plan(target.vocab, tokens, raw=False)
+        sink = None if display.stdout_tty else stdout_write
+        thinking = Thinking(plan, sink, hidden=self.hide) if plan is not None else None
         out = run_session(Session(self.pair, tokens, gen, self.proposer), display, label=self.label,
-                          sink=None if display.stdout_tty else stdout_write)
+                          sink=thinking or sink)
+        answer = out.text
+        if thinking is not None:
+            thinking.finish(out.text)
+            answer = thinking.answer
         if display.stdout_tty:
-            print_coloured(out, end="\n")
-        elif not out.text.endswith("\n"):
+            print_reply(out, thinking, end="\n")
+        elif not answer.endswith("\n"):
             stdout_write("\n")
-        self.messages.append({"role": "assistant", "content": out.text})
+        said = {"role": "assistant", "content": answer}
+        if thinking is not None and thinking.reasoning:
+            said["reasoning_content"] = thinking.reasoning  # the template shows it again or drops it
+        self.messages.append(said)
         self.total.merge(out.stats)
         s = out.stats
         if not self.quiet:
-            render.note(f"[{s.tokens} tokens, {s.tokens_per_s:.1f} tok/s, "
+            thought = len(target.vocab.tokenize(thinking.reasoning, add_special=False)) \
+                if thinking is not None and thinking.reasoning else 0
+            render.note(f"[{s.tokens} tokens" + (f" ({thought} thinking)" if thought else "")
+                        + f", {s.tokens_per_s:.1f} tok/s, "
                         + (f"accepted {s.acceptance_rate:.0%}, " if s.drafted else "")
                         + f"prompt: {s.prefill_tokens} new tokens evaluated]")
         if out.finish == "interrupted":

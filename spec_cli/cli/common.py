@@ -279,3 +279,76 @@ def check_port(host: str, port: int) -> None:
         except OSError as e:
             raise SpecError(f"cannot listen on {host}:{port}: {e.strerror}",
                             hint="Is another server running there? Pick another --port.") from None
+
+
+# -- a reasoning model's thinking, apart from its answer ---------------------------------------
+
+HideThinking = Annotated[bool, typer.Option(
+    "--hide-thinking", help="Leave a reasoning model's thinking out (it is shown dimmed on stderr by default; "
+                            "stdout and --output get the answer alone either way).")]
+
+
+def thinking_plan(vocab, tokens: list[int], raw: bool):
+    """(markers, where the reply starts) for a chat prompt in a template
+    with a thinking block (core/reasoning.py), else None."""
+    from ..core.reasoning import markers_of, opened
+
+    markers = None if raw else markers_of(vocab.chat_template())
+    if markers is None:
+        return None
+    tail = b"".join(vocab.piece(t, special=True) for t in tokens[-16:]).decode("utf-8", "replace")
+    return markers, opened(tail, markers)
+
+
+class Thinking:
+    """A reply's text as it comes, its thinking apart: the answer goes on
+    to `sink` (stdout, a file), the thinking dimmed to stderr unless
+    `hidden`.  `reasoning`, `answer` and `at` (where the answer starts in
+    the whole text) are known once `finish` has run."""
+
+    def __init__(self, plan, sink: Callable[[str], None] | None, *, hidden: bool):
+        from ..core.reasoning import Split
+
+        self.split = Split(*plan)
+        self.sink, self.hidden, self.shown = sink, hidden, False
+
+    def __call__(self, text: str) -> None:
+        self._out(*self.split.feed(text))
+
+    def _out(self, thought: str, answer: str) -> None:
+        if thought and not self.hidden and self.sink is not None:
+            sys.stderr.write(f"\x1b[2m{thought}\x1b[0m" if sys.stderr.isatty() else thought)
+            sys.stderr.flush()
+            self.shown = True
+        if answer and self.sink is not None:
+            if self.shown:
+                sys.stderr.write("\n\n")
+                self.shown = False
+            self.sink(answer)
+
+    def finish(self, text: str) -> None:
+        self._out(*self.split.finish())
+        if self.shown:  # the thinking was the reply's last text
+            sys.stderr.write("\n")
+        self.reasoning, self.answer = self.split.reasoning, self.split.content
+        self.at = text.rfind(self.answer) if self.answer else len(text)
+
+
+def print_reply(session, thinking: "Thinking | None", *, end: str = "") -> None:
+    """The reply coloured by origin at the end (a terminal's stdout): the
+    thinking dimmed first, unless hidden, then the answer."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from ..term import render
+    if thinking is None:
+        return print_coloured(session, end=end)
+    console = Console(highlight=False)
+    if thinking.reasoning and not thinking.hidden:
+        console.print(Text(thinking.reasoning, style="dim"), end="\n\n")
+    segments, pos, cut = session.segments or [(session.text, False)], 0, []
+    for piece, drafted in segments:
+        if pos + len(piece) > thinking.at:
+            cut.append((piece[max(0, thinking.at - pos):], drafted))
+        pos += len(piece)
+    console.print(render.coloured(cut), end=end)

@@ -15,10 +15,10 @@ from ..run.config import PairConfig
 from .common import FrequencyPenalty, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
 from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, Json, MaxTokens, MinP, PMin, ProposerName, Quiet, Rule,
-                     Seed, Target, Temp, Threads, TopK, TopP, print_coloured, read_file, read_stdin, run_session,
+                     Seed, Target, Temp, Threads, TopK, TopP, read_file, read_stdin, run_session,
                      stdout_write,
                      placement, Rpc, TensorSplit, Grammar, JsonObject, JsonSchema, compile_constraint,
-                     constraint_spec, Raw, Stops, System)
+                     constraint_spec, Raw, Stops, System, HideThinking, Thinking, print_reply, thinking_plan)
 
 
 def generate(
@@ -38,7 +38,7 @@ def generate(
     deterministic: Deterministic = False, rule: Rule = "gumbel",
     stop: Stops = [], system: System = None, raw: Raw = False,
     json_schema: JsonSchema = None, grammar: Grammar = None, json_object: JsonObject = False,
-    quiet: Quiet = False, as_json: Json = False,
+    quiet: Quiet = False, as_json: Json = False, hide_thinking: HideThinking = False,
 ) -> None:
     """Generate text after a prompt, speculatively: a chat turn by default,
     plain continuation with --raw; a document with --file/--output.
@@ -72,18 +72,23 @@ def generate(
         display = Display.decide(quiet=quiet, as_json=as_json)
         coloured_at_end = out_file is None and display.stdout_tty
         sink = out_file.write if out_file else None if (as_json or coloured_at_end) else stdout_write
-        session = Session(pair, prompt_tokens(pair.target, text, raw=raw, system=system), gen,
-                          pair.new_proposer())
-        run_session(session, display, label=proposer, sink=sink, progress_total=max_tokens if out_file else None)
+        tokens = prompt_tokens(pair.target, text, raw=raw, system=system)
+        plan = thinking_plan(pair.target.vocab, tokens, raw)
+        thinking = Thinking(plan, sink, hidden=hide_thinking) if plan is not None else None
+        session = Session(pair, tokens, gen, pair.new_proposer())
+        run_session(session, display, label=proposer, sink=thinking or sink,
+                    progress_total=max_tokens if out_file else None)
+        if thinking is not None:
+            thinking.finish(session.text)
         _report(session, seed=seed, output=output, out_file=out_file, as_json=as_json, quiet=quiet,
-                coloured_at_end=coloured_at_end, label=proposer)
+                coloured_at_end=coloured_at_end, label=proposer, thinking=thinking)
     finally:
         if out_file is not None:
             out_file.discard()
         pair.close()
 
 
-def _report(session, *, seed, output, out_file, as_json, quiet, coloured_at_end, label) -> None:
+def _report(session, *, seed, output, out_file, as_json, quiet, coloured_at_end, label, thinking=None) -> None:
     from ..term import render
 
     if out_file is not None:
@@ -95,17 +100,24 @@ def _report(session, *, seed, output, out_file, as_json, quiet, coloured_at_end,
         print(json.dumps({"text": session.text, "tokens": session.tokens, "finish_reason": session.finish,
                           "seed": seed, "sampling": dataclasses.asdict(session.gen.sampling),
                           "threads": session.pair.target.n_threads,
-                          "stats": session.stats.as_dict()}, ensure_ascii=False))
+                          "stats": session.stats.as_dict(),
+                          **({"reasoning": thinking.reasoning, "answer": thinking.answer} if thinking else {})},
+                         ensure_ascii=False))
     else:
         if coloured_at_end:
-            print_coloured(session)
-        if out_file is None and session.text and not session.text.endswith("\n"):
+            print_reply(session, thinking)
+        shown = thinking.answer if thinking is not None else session.text
+        if out_file is None and shown and not shown.endswith("\n"):
             stdout_write("\n")
         if not quiet:
             if render.is_tty(sys.stderr):
                 render.err.print(render.summary_table(session.stats, proposer=label, finish=session.finish))
             else:
                 render.note(render.summary_line(session.stats, label, session.finish))
+            if thinking is not None and thinking.reasoning:
+                n = len(session.pair.target.vocab.tokenize(thinking.reasoning, add_special=False))
+                render.note(f"thinking: {n} of the {session.stats.tokens} tokens"
+                            + (" (it ended inside its thinking: no answer)" if thinking.split.unfinished else ""))
     if session.finish == "interrupted":
         if not quiet:
             render.note("interrupted: the text so far is kept" + (f" in {output}" if output else ""))

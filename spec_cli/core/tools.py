@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from dataclasses import dataclass
 
 from .schema import lower
@@ -77,30 +76,46 @@ class ToolUse:
         return tuple(t for t in self.tools if self.name is None or t.name == self.name)
 
 
-def family_of(template: str | None) -> str | None:
-    """The tool-call syntax a chat template defines, or None (no tools)."""
+def family_of(template: str | None, rendered: str | None = None) -> str | None:
+    """The tool-call syntax a chat template defines, or None (no tools):
+    read from `rendered`, the template's own text for an assistant turn
+    that called a tool (llama.vocab.Vocab.call_sample), where there is one,
+    else from the template's source."""
     if not template:
         return None
-    if "<tool_call>" in template:
-        return "hermes"
-    if "[TOOL_CALLS]" in template:
-        return "mistral"
-    if "<|python_tag|>" in template or "ipython" in template:
+    text = rendered if rendered else template
+    for family, marks in FAMILY_MARKS:
+        if all(m in text for m in marks):
+            return family
+    if rendered is not None and ("<|python_tag|>" in template or "ipython" in template):
         return "llama3"
     return None
 
 
+# how each family's call shows in a template's text, in the order they are told apart
+FAMILY_MARKS = (("qwen3coder", ("<tool_call>", "<function=")), ("hermes", ("<tool_call>",)),
+                ("mistral2", ("[TOOL_CALLS]", "[ARGS]")), ("mistral", ("[TOOL_CALLS]",)),
+                ("deepseek", ("tool▁call▁begin",)), ("commandr", ("<|START_ACTION|>",)),
+                ("granite", ("<|tool_call|>",)), ("gptoss", ("to=functions.",)),
+                ("llama3", ("<|python_tag|>",)), ("llama3", ("ipython",)))
+# the grammars core/tools.py writes (the others read their calls, core/calls.py, and get the generic form)
+GRAMMARS = ("hermes", "qwen3coder", "mistral", "mistral2", "llama3", "deepseek", "granite", "commandr")
+
+
 def _args_key(family: str) -> str:
-    return "parameters" if family == "llama3" else "arguments"
+    return "parameters" if family in ("llama3", "commandr") else "arguments"
 
 
 def call_schema(tool: Tool, family: str) -> dict:
     """One call of `tool` in `family`'s JSON: its name, then its arguments."""
-    key = _args_key(family)
-    return {"type": "object", "properties": {"name": {"const": tool.name},
-                                             key: tool.parameters if tool.parameters is not None
-                                             else {"type": "object"}},
-            "required": ["name", key], "additionalProperties": False}
+    key, name = _args_key(family), "tool_name" if family == "commandr" else "name"
+    args = tool.parameters if tool.parameters is not None else {"type": "object"}
+    if family == "commandr":
+        return {"type": "object", "properties": {"tool_call_id": {"type": "string"}, name: {"const": tool.name},
+                                                 key: args},
+                "required": ["tool_call_id", name, key], "additionalProperties": False}
+    return {"type": "object", "properties": {name: {"const": tool.name}, key: args},
+            "required": [name, key], "additionalProperties": False}
 
 
 def _json(schema: dict, strict: bool) -> str:
@@ -131,152 +146,76 @@ def grammar(use: ToolUse, family: str, special: dict[str, int], answer: dict | N
     def marker(text: str) -> str:
         return f"<[{special[text]}]>" if text in special else json.dumps(text)
 
-    if family == "hermes":
-        block = f'{marker("<tool_call>")} "\\n" call "\\n" {marker("</tool_call>")}'
-        # a newline between blocks, and one may end the reply (the model's wont)
-        calls = 'block ("\\n" block)* "\\n"?' if use.parallel else 'block "\\n"?'
-        start = "start: TEXT? calls?" if free else "start: calls"
-        return "\n".join([start, f"calls: {calls}", f"block: {block}", f"call: {_json(one, use.strict)}",
-                          "TEXT: /(.|\\n)+/"])
+    call = f"call: {_json(one, use.strict)}"
+    many = "block (sep block)*" if use.parallel else "block"
+    if family in ("hermes", "qwen3coder"):
+        body = "call" if family == "hermes" else "xcall"
+        rules = [f'block: {marker("<tool_call>")} "\\n" {body} "\\n" {marker("</tool_call>")}',
+                 'sep: "\\n"', call if family == "hermes" else _xml(use)]
+        return _wrap(use, f'calls: {many} "\\n"?', rules, "FREE? calls?")
     if family == "mistral":
-        many = {"type": "array", "items": one, "minItems": 1, **({} if use.parallel else {"maxItems": 1})}
+        arr = {"type": "array", "items": one, "minItems": 1, **({} if use.parallel else {"maxItems": 1})}
         start = "start: TEXT | calls" if free else "start: calls"
-        return "\n".join([start, f'calls: {marker("[TOOL_CALLS]")} call', f"call: {_json(many, use.strict)}",
+        return "\n".join([start, f'calls: {marker("[TOOL_CALLS]")} call', f"call: {_json(arr, use.strict)}",
                           "TEXT: /[^\\[](.|\\n)*/"])
-    # llama3: one JSON call as the whole reply; text may not start with "{"
-    start = "start: TEXT | call" if free else "start: call"
-    return "\n".join([start, f"call: {_json(one, use.strict)}", "TEXT: /[^{](.|\\n)*/"])
+    if family == "mistral2":
+        named = " | ".join(f'{json.dumps(t.name)} {marker("[ARGS]")} {_json(_args(t), use.strict)}'
+                           for t in use.calls)
+        return _wrap(use, f"calls: {many}", [f'block: {marker("[TOOL_CALLS]")} named', "sep: \"\"",
+                                            f"named: {named}"], "FREE? calls")
+    if family == "deepseek":
+        named = " | ".join(f'{json.dumps(t.name)} {marker("<｜tool▁sep｜>")} {_json(_args(t), use.strict)}'
+                           for t in use.calls)
+        return _wrap(use, f'calls: {marker("<｜tool▁calls▁begin｜>")} {many} {marker("<｜tool▁calls▁end｜>")}',
+                     [f'block: {marker("<｜tool▁call▁begin｜>")} named {marker("<｜tool▁call▁end｜>")}',
+                      "sep: \"\"", f"named: {named}"], "FREE? calls")
+    if family in ("granite", "commandr"):  # a list of calls, laid out as the template lays it out
+        head, tail = (("<|tool_call|>", None) if family == "granite" else ("<|START_ACTION|>", "<|END_ACTION|>"))
+        items = 'call (WS "," WS call)*' if use.parallel else "call"
+        return _wrap(use, f'calls: {marker(head)} "[" WS {items} WS "]"' + (f" {marker(tail)}" if tail else ""),
+                     [call, "WS: /[ \\t\\n]*/"], "FREE? calls")
+    if family == "llama3":  # one JSON call as the whole reply; text may not start with "{"
+        start = "start: TEXT | call" if free else "start: call"
+        return "\n".join([start, call, "TEXT: /[^{](.|\\n)*/"])
+    # any other template: the generic form, calls as JSON objects a line each
+    return _wrap(use, "calls: " + ('call ("\\n" call)*' if use.parallel else "call"), [call], None)
 
 
-# -- reading a reply --------------------------------------------------------------
-
-MARKERS = ("<tool_call>", "[TOOL_CALLS]", "<|python_tag|>")
-
-
-@dataclass(frozen=True)
-class Parsed:
-    """A reply read for calls: the text before them (None if none), the
-    calls in OpenAI's shape, and the form they came in: "template" (the
-    family's own syntax), "fenced" (a ```json block naming a tool), "bare"
-    (the reply is a JSON object naming a tool), or None (no call); `start`:
-    where in the reply the calls begin."""
-
-    content: str | None
-    calls: tuple[dict, ...] = ()
-    form: str | None = None
-    start: int = 0
+# text that is not a call: none of the forms small models write a call in (a ```json fence,
+# a reply that opens with {"name")
+FREE = 'FREE: /(.|\\n)+/ & ~/(.|\\n)*```json\\n(.|\\n)*/ & ~/[{]"name"(.|\\n)*/'
 
 
-def _call(obj, use: ToolUse) -> dict | None:
-    """`obj` as an OpenAI tool call, if it names one of the tools."""
-    if not isinstance(obj, dict) or obj.get("name") not in {t.name for t in use.calls}:
-        return None
-    args = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(args, str):  # some models write the arguments as a JSON string
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return None
-    if not isinstance(args, dict):
-        return None
-    return {"id": "call_" + secrets.token_hex(12), "type": "function",
-            "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)}}
+def _wrap(use: ToolUse, calls: str, rules: list[str], template: str | None) -> str:
+    """The reply's grammar around a family's `calls` rule: under "auto",
+    free text (FREE) and the family's calls (`template`), or text up to a
+    ```json fence of calls, or a reply that is calls as JSON a line each
+    (the forms small models write, constrained once they start); else the
+    calls alone."""
+    if use.choice != "auto":
+        return "\n".join(["start: calls", calls, *rules])
+    many = 'jcall ("\\n" jcall)*' if use.parallel else "jcall"
+    one = {"anyOf": [call_schema(t, "hermes") for t in use.calls]}
+    alts = [template or "FREE?", "text fenced", "bare"]
+    return "\n".join([f"start: {' | '.join(alts)}", calls, *rules, FREE,
+                       'text[suffix="```json\\n"]: /(.|\\n)*/ & ~/[{]"name"(.|\\n)*/', f'fenced: {many} "\\n```" FREE?',
+                       f'bare: {many} "\\n"?', f"jcall: {_json(one, use.strict)}"])
 
 
-def _calls(value, use: ToolUse) -> list[dict] | None:
-    items = value if isinstance(value, list) else [value]
-    calls = [_call(v, use) for v in items]
-    return calls if calls and all(calls) else None
+def _args(tool: Tool) -> dict:
+    return tool.parameters if tool.parameters is not None else {"type": "object"}
 
 
-def _decode_at(text: str, pos: int):
-    """The JSON value at text[pos:] (after blanks), and where it ends; None if none."""
-    dec = json.JSONDecoder()
-    while pos < len(text) and text[pos] in " \t\r\n":
-        pos += 1
-    try:
-        return dec.raw_decode(text, pos)
-    except ValueError:
-        return None
-
-
-def parse(text: str, use: ToolUse) -> Parsed:
-    """The calls in a reply under `use` (tool_choice "none": none)."""
-    if use.choice == "none":
-        return Parsed(text)
-    template = _template_calls(text, use)
-    if template is not None:
-        return template
-    stripped = text.strip()
-    fence = re.fullmatch(r"```(?:json)?\s*\n?(.*?)\n?```", stripped, re.S)
-    # Qwen2.5-Coder's GGUF template shows a call as {{"name": ..., "arguments": ...}} (a doubled
-    # brace from a format string), and its models write it so, without the <tool_call> tags
-    doubled = stripped[1:-1] if stripped.startswith("{{") and stripped.endswith("}}") else None
-    for body, form in ((fence.group(1), "fenced") if fence else (None, None), (stripped, "bare"),
-                       (doubled, "bare")):
-        if body is None:
-            continue
-        found = _decode_at(body, 0)
-        if found is not None and not body[found[1]:].strip():
-            calls = _calls(found[0], use)
-            if calls:
-                return Parsed(None, tuple(calls), form)
-    return Parsed(text)
-
-
-def _template_calls(text: str, use: ToolUse) -> Parsed | None:
-    """Calls in a family's own syntax: <tool_call> blocks, [TOOL_CALLS] and
-    a list, or <|python_tag|> and an object."""
-    for marker in MARKERS:
-        at = text.find(marker)
-        if at < 0:
-            continue
-        calls, pos = [], at
-        while pos >= 0:
-            found = _decode_at(text, pos + len(marker))
-            got = _calls(found[0], use) if found else None
-            if not got:
-                return None
-            calls += got
-            pos = text.find(marker, found[1]) if marker == "<tool_call>" else -1
-        content = text[:at].strip() or None
-        return Parsed(content, tuple(calls), "template", at)
-    return None
-
-
-class StreamFilter:
-    """What of a streamed reply may go out as content while calls may
-    still come: text up to a call's marker; nothing of a reply that starts
-    as a call might (with "{", "[" or a fence) until it is over."""
-
-    def __init__(self, use: ToolUse):
-        self.use, self.text, self.sent = use, "", 0
-
-    def feed(self, piece: str) -> str:
-        self.text += piece
-        if self.use.choice == "none":
-            return self._send(len(self.text))
-        head = self.text.lstrip()
-        if head[:1] in ("{", "[", "`") or (not head and self.text):
-            return ""  # the whole reply may be a call: wait for its end
-        cut = min([i for i in (self.text.find(m) for m in MARKERS) if i >= 0], default=None)
-        if cut is None:  # hold back a tail that may begin a marker
-            cut = len(self.text)
-            for m in MARKERS:
-                for n in range(min(len(m) - 1, len(self.text)), 0, -1):
-                    if self.text.endswith(m[:n]):
-                        cut = min(cut, len(self.text) - n)
-                        break
-        return self._send(cut)
-
-    def _send(self, upto: int) -> str:
-        out = self.text[self.sent:upto] if upto > self.sent else ""
-        self.sent = max(self.sent, upto)
-        return out
-
-    def finish(self) -> tuple[str, Parsed]:
-        """At the end: the content not sent yet, and the reply read for calls."""
-        parsed = parse(self.text, self.use)
-        if parsed.calls:
-            return self.text[self.sent:parsed.start].rstrip() if parsed.start > self.sent else "", parsed
-        return self._send(len(self.text)), parsed
+def _xml(use: ToolUse) -> str:
+    """Qwen3-Coder's calls: each tool's name, then its parameters by name,
+    each value text up to its closing tag (the schema's types are read
+    back from the text: core/calls.py)."""
+    alts = []
+    for t in use.calls:
+        props = list((_args(t).get("properties") or {}).keys())
+        if props:
+            pname = " | ".join(json.dumps(p) for p in props)
+            alts.append(f'"<function={t.name}>\\n" ("<parameter=" ({pname}) ">\\n" value "\\n")* "</function>"')
+        else:
+            alts.append(f'"<function={t.name}>\\n</function>"')
+    return "\n".join([f"xcall: {' | '.join(alts)}", 'value[suffix="\\n</parameter>"]: /(.|\\n)*/'])

@@ -42,6 +42,8 @@ class Vocab:
         self._piece = ctypes.create_string_buffer(256)
         self._grammar_tok = None  # grammar_tokenizer's, made on first use
         self._formatter = None  # the chat template compiled (_chat_formatter), on first use
+        self._shown: frozenset[int] | None = None  # shown_specials', made on first use
+        self._sample: str | None = None  # call_sample's, made on first use
 
     # -- tokens ------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -62,6 +64,22 @@ class Vocab:
             n = llama_cpp.llama_token_to_piece(self._vocab, token, big, -n, 0, special)
             return big.raw[:n]
         return self._piece.raw[:n]
+
+    def shown_specials(self) -> frozenset[int]:
+        """The control tokens a reply's text keeps: the tool-call and
+        thinking markers of every family (core.calls.MARKER_TEXTS), which the
+        readers of a reply must see (`[TOOL_CALLS]` is a control token in
+        Mistral's vocabularies, DeepSeek's call markers in its)."""
+        if self._shown is None:
+            from ..core.calls import MARKER_TEXTS
+
+            found = set()
+            for text in MARKER_TEXTS:
+                ids = self.tokenize(text, add_special=False, parse_special=True)
+                if len(ids) == 1 and not self.piece(ids[0]):
+                    found.add(ids[0])
+            self._shown = frozenset(found)
+        return self._shown
 
     def token_text(self, token: int) -> str:
         return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", "replace")
@@ -108,8 +126,12 @@ class Vocab:
         """Render `messages` with the GGUF's own chat template (sandboxed
         Jinja, as llama-cpp-python renders it), ready for the reply; with
         `tools` (OpenAI's function definitions) as the template shows them,
-        and `kwargs`, the template's own variables (`enable_thinking`, ...)."""
+        and `kwargs`, the template's own variables (`enable_thinking`, true
+        unless `kwargs` says otherwise: DeepSeek-R1's template as llama.cpp
+        keeps it closes the thinking without it)."""
         fmt = self._chat_formatter()
+        if "enable_thinking" in fmt.template:  # true unless asked otherwise, as llama-server has it
+            kwargs = {"enable_thinking": True, **(kwargs or {})}
         try:
             return fmt(messages=messages, tools=tools or None, **(kwargs or {})).prompt
         except Exception as e:  # the template's own raise_exception, or a message it cannot render
@@ -130,6 +152,26 @@ class Vocab:
             self._formatter = Jinja2ChatFormatter(template=template, eos_token=self.token_text(self.eos),
                                                   bos_token=self.token_text(self.bos))
         return self._formatter
+
+    def call_sample(self) -> str | None:
+        """What the chat template writes for an assistant turn that called
+        a tool (core.tools.family_of tells the call syntax by it), or None
+        where it writes none or cannot render one."""
+        if self._sample is None:
+            tool = {"type": "function", "function": {"name": "probe_fn", "description": "A probe.",
+                                                     "parameters": {"type": "object",
+                                                                    "properties": {"a": {"type": "integer"}}}}}
+            call = {"id": "call0probe", "type": "function", "function": {"name": "probe_fn", "arguments": {"a": 1}}}
+            try:
+                text = self.apply_chat_template([{"role": "user", "content": "Q0Q"},
+                                                 {"role": "assistant", "content": "", "tool_calls": [call]},
+                                                 {"role": "tool", "tool_call_id": "call0probe", "content": "R0R"}],
+                                                [tool])
+                text = text[text.index("Q0Q") + 3:text.index("R0R")]
+                self._sample = text if "probe_fn" in text else ""
+            except (SpecError, ValueError):
+                self._sample = ""
+        return self._sample or None
 
     def tokenize_chat(self, messages: list[dict], tools: list[dict] | None = None,
                       kwargs: dict | None = None) -> list[int]:
@@ -223,9 +265,10 @@ class Detokenizer:
     def __init__(self, vocab: Vocab):
         self._vocab = vocab
         self._pending = b""
+        self._shown = vocab.shown_specials()
 
     def add(self, token: int) -> str:
-        self._pending += self._vocab.piece(token)
+        self._pending += self._vocab.piece(token, special=token in self._shown)
         try:
             text = self._pending.decode("utf-8")
             self._pending = b""

@@ -45,14 +45,17 @@ def _message(m: Any, where: str, issued: set[str]) -> list[dict]:
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
         raise bad(f"{where}.content", "must be a string or a list of content blocks")
-    text, calls, results = [], [], []
+    text, calls, results, thought = [], [], [], []
     for j, block in enumerate(content):
         at = f"{where}.content[{j}]"
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text" and isinstance(block.get("text"), str):
             text.append(block["text"])
-        elif kind in ("thinking", "redacted_thinking") and role == "assistant":
-            continue  # an earlier turn's thinking is not the model's to read again
+        elif kind == "thinking" and role == "assistant":
+            if isinstance(block.get("thinking"), str):  # the template shows it or drops it
+                thought.append(block["thinking"])
+        elif kind == "redacted_thinking" and role == "assistant":
+            continue
         elif kind == "tool_use" and role == "assistant":
             if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str) \
                     or not isinstance(block.get("input", {}), dict):
@@ -74,7 +77,8 @@ def _message(m: Any, where: str, issued: set[str]) -> list[dict]:
                           + (" and tool_use blocks" if role == "assistant" else " and tool_result blocks"))
     out = results
     if role == "assistant":
-        out.append({"role": "assistant", "content": "".join(text), **({"tool_calls": calls} if calls else {})})
+        out.append({"role": "assistant", "content": "".join(text), **({"tool_calls": calls} if calls else {}),
+                    **({"reasoning_content": "".join(thought)} if thought else {})})
     elif text or not results:
         out.append({"role": "user", "content": "".join(text)})
     return out
@@ -163,6 +167,7 @@ def translate(body: Any, *, counting: bool = False) -> dict:
             **{k: body[k] for k in ("temperature", "top_p", "top_k", "seed", "speculation") if k in body}}
     if fmt is not None:
         chat["response_format"] = fmt
+    chat.update(_thinking(body.get("thinking")))
     if tools:
         chat.update(tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
     elif choice == "none":
@@ -176,8 +181,6 @@ class Anthropic(Door):
     def parse(self, body: Any) -> Request:
         req = parse_chat(translate(body))
         req.ignored = sorted(k for k in body if k not in KNOWN)
-        if isinstance(body.get("thinking"), dict) and body["thinking"].get("type") not in (None, "disabled"):
-            req.ignored.append("thinking")  # this model's reply is one text; the thinking is not kept apart
         if isinstance(body.get("output_config"), dict) and body["output_config"].get("effort") is not None:
             req.ignored.append("output_config.effort")
         return req
@@ -187,7 +190,8 @@ class Anthropic(Door):
 
     def full(self, reply: Reply, session) -> dict:
         a = answer(session, reply.req)
-        content = [{"type": "text", "text": a.content}] if a.content else []
+        content = [_thought(a.reasoning)] if a.reasoning else []
+        content += [{"type": "text", "text": a.content}] if a.content else []
         content += [_tool_use(c) for c in a.calls]
         return {**_message_head(reply), "content": content, "stop_reason": STOP[a.reason],
                 "stop_sequence": a.stop_word if a.reason == "word" else None,
@@ -200,20 +204,31 @@ class Anthropic(Door):
                 "usage": {"input_tokens": reply.n_prompt, "output_tokens": 0}}
         yield sse({"type": "message_start", "message": head}, "message_start")
         yield sse({"type": "ping"}, "ping")
-        index, open_text = 0, False
+        index, block = 0, None  # the block open: "thinking", "text" or None
         async for p in pieces(job, reply.req):
             if isinstance(p, Text):
-                if not open_text:
+                if p.reasoning:
+                    if block != "thinking":
+                        yield _event("content_block_start", index=index, content_block=_thought(""))
+                        block = "thinking"
+                    yield _event("content_block_delta", index=index,
+                                 delta={"type": "thinking_delta", "thinking": p.reasoning})
+                if not p.text:
+                    continue
+                if block != "text":
+                    if block == "thinking":
+                        yield from_thought(index)
+                        index += 1
                     yield _event("content_block_start", index=index, content_block={"type": "text", "text": ""})
-                    open_text = True
+                    block = "text"
                 delta = {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta",
                                                                                   "text": p.text}}
                 if p.segments:
                     delta["spec_segments"] = [{"text": t, "drafted": bool(d)} for t, d in p.segments]
                 yield sse(delta, "content_block_delta")
             elif isinstance(p, Done):
-                if open_text:
-                    yield _event("content_block_stop", index=index)
+                if block is not None:
+                    yield from_thought(index) if block == "thinking" else _event("content_block_stop", index=index)
                     index += 1
                 calls = p.calls.calls if p.calls is not None else ()
                 for call in calls:
@@ -232,6 +247,37 @@ class Anthropic(Door):
                 yield _event("message_stop")
             elif isinstance(p, Failed):
                 yield sse(anthropic_error(p.error), "error")
+
+
+def _thinking(value: Any) -> dict:
+    """Anthropic's `thinking` as the chat fields: enabled (or adaptive)
+    with its budget_tokens, or disabled (the template's own switch, and no
+    thinking tokens where the template has none)."""
+    if value is None:
+        return {}
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "disabled":
+        return {"chat_template_kwargs": {"enable_thinking": False}, "thinking_budget_tokens": 0}
+    if kind not in ("enabled", "adaptive"):
+        raise bad("thinking", "must be {\"type\": \"enabled\", \"budget_tokens\": N}, adaptive or disabled")
+    out: dict = {"chat_template_kwargs": {"enable_thinking": True}}
+    budget = value.get("budget_tokens")
+    if budget is not None:
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+            raise bad("thinking.budget_tokens", "must be a whole number of tokens")
+        out["thinking_budget_tokens"] = budget
+    return out
+
+
+def _thought(text: str) -> dict:
+    """A thinking block (its signature empty: nothing here signs it)."""
+    return {"type": "thinking", "thinking": text, "signature": ""}
+
+
+def from_thought(index: int) -> str:
+    """The end of a streamed thinking block: its (empty) signature, then its stop."""
+    return (_event("content_block_delta", index=index, delta={"type": "signature_delta", "signature": ""})
+            + _event("content_block_stop", index=index))
 
 
 def _event(kind: str, **fields) -> str:

@@ -7,11 +7,13 @@ while it compiles, and its limits bound it."""
 from __future__ import annotations
 
 import json
+import logging
 
 from ..core.constraint import ConstraintError, Spec
-from ..core.tools import family_of, grammar
+from ..core.tools import GRAMMARS, family_of, grammar
 from .api import ApiError
 
+log = logging.getLogger("spec_cli.serve")
 COMPILE_S = 10.0    # seconds a request's schema or grammar may take to compile
 
 
@@ -25,21 +27,26 @@ def refused(spec: Spec, error: ConstraintError | None = None) -> ApiError:
 
 def tool_spec(vocab, model: str, use, answer: Spec | None = None) -> Spec | None:
     """The constraint of a request's tools (core.tools.ToolUse) in `vocab`'s
-    template's tool-call syntax, a reply that calls none following `answer`
-    (the response_format's Spec, if any); or `answer` alone: tool_choice
-    "none", or "auto" with a chat template that defines no syntax (then only
-    the forms small models write anyway are read: core.tools.parse)."""
+    template's tool-call syntax (told by what it writes for a call), a reply
+    that calls none following `answer` (the response_format's Spec, if
+    any); or `answer` alone under tool_choice "none".  A template whose
+    syntax has no grammar here gets the generic one (calls as JSON), said
+    once in the log."""
     if use.choice == "none":
         return answer
-    family = family_of(vocab.chat_template())
-    if family is None:
-        if use.choice == "auto":
-            return answer
-        raise ApiError(400, f"tool_choice {use.choice!r} needs a tool-call syntax, and {model}'s chat template "
-                            "defines none", param="tool_choice")
+    family = family_of(vocab.chat_template(), vocab.call_sample())
+    if family not in GRAMMARS:
+        if vocab.name not in _told:
+            _told.add(vocab.name)
+            log.info("%s's chat template %s: tool calls are constrained and read in the generic form, JSON objects "
+                     "naming a tool (a ```json fence, or a line each)", model,
+                     f"writes calls in {family}'s syntax, which has no grammar here" if family
+                     else "shows no tool-call syntax")
+        family = "generic"
+    from ..core.calls import MARKER_TEXTS
     from ..llama.grammar import special_id
 
-    special = {m: special_id(vocab, m) for m in ("<tool_call>", "</tool_call>", "[TOOL_CALLS]")}
+    special = {m: special_id(vocab, m) for m in MARKER_TEXTS}
     special = {m: t for m, t in special.items() if t is not None}
     schema = None if answer is None else {"type": "object"} if answer.kind == "json_object" else json.loads(answer.text)
     where = "tools" if answer is None else f"tools and {answer.where}"
@@ -49,3 +56,6 @@ def tool_spec(vocab, model: str, use, answer: Spec | None = None) -> Spec | None
                     strict=strict)
     except ConstraintError as e:
         raise ApiError(400, e.message, param="tools") from None
+
+
+_told: set[str] = set()  # models whose template's syntax the log has named

@@ -66,7 +66,11 @@ class OpenAI(Door):
             yield sse(reply.chunk(None, None, first=True))
         async for p in pieces(job, req):
             if isinstance(p, Text):
-                yield sse(reply.chunk(p.text, None, segments=p.segments, probs=p.probs, reasoning=p.reasoning))
+                if p.reasoning and p.text:  # a step across the thinking's end: the thinking's chunk first
+                    yield sse(reply.chunk(None, None, reasoning=p.reasoning))
+                    yield sse(reply.chunk(p.text, None, segments=p.segments, probs=p.probs))
+                else:
+                    yield sse(reply.chunk(p.text, None, segments=p.segments, probs=p.probs, reasoning=p.reasoning))
             elif isinstance(p, Done):
                 s = p.session
                 final = reply.chunk(None, s.finish, s.stats, stop_type=s.stop_type, probs=p.probs)

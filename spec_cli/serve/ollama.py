@@ -85,9 +85,21 @@ def _ignored(body: dict) -> list[str]:
     names = [k for k in body if k not in KNOWN]
     names += [f"options.{k}" for k in opts if k not in SAME and k not in PLACEMENT
               and k not in ("num_predict", "num_ctx")]
-    if body.get("think"):
-        names.append("think")  # this model's reply is one text: the thinking is not kept apart
     return sorted(names)
+
+
+def _think(body: dict) -> dict:
+    """Ollama's `think` (true, false, or "low", "medium", "high") as the chat's fields."""
+    value = body.get("think")
+    if value is None:
+        return {}
+    if value is True:
+        return {"chat_template_kwargs": {"enable_thinking": True}}
+    if value is False:
+        return {"chat_template_kwargs": {"enable_thinking": False}, "thinking_budget_tokens": 0}
+    if value in ("low", "medium", "high"):
+        return {"reasoning_effort": value}
+    raise bad("think", f"must be true, false, low, medium or high, not {value!r}")
 
 
 def _messages(value: Any) -> list[dict]:
@@ -102,6 +114,8 @@ def _messages(value: Any) -> list[dict]:
         if m.get("images"):
             raise bad(f"messages[{i}].images", "holds images: this server reads text only")
         msg = {k: m[k] for k in ("role", "content") if k in m}
+        if isinstance(m.get("thinking"), str) and m.get("role") == "assistant":
+            msg["reasoning_content"] = m["thinking"]  # the template shows it or drops it
         calls = m.get("tool_calls")
         if calls is not None and m.get("role") == "assistant":
             if not isinstance(calls, list):
@@ -135,7 +149,7 @@ class Chat(Door):
 
     def parse(self, body: Any) -> Request:
         body = json_object(body)
-        chat = {"messages": _messages(body.get("messages")), **_options(body, self.n_ctx)}
+        chat = {"messages": _messages(body.get("messages")), **_options(body, self.n_ctx), **_think(body)}
         if body.get("tools"):
             chat["tools"] = body["tools"]
         req = _named(parse_chat, chat)
@@ -152,12 +166,14 @@ class Chat(Door):
     def _said(self, reply: Reply, session) -> dict:
         a = answer(session, reply.req)
         msg: dict[str, Any] = {"role": "assistant", "content": a.content or ""}
+        if a.reasoning:
+            msg["thinking"] = a.reasoning
         if a.calls:
             msg["tool_calls"] = _calls(a.calls)
         return {"message": msg}
 
-    def _piece(self, text: str) -> dict:
-        return {"message": {"role": "assistant", "content": text}}
+    def _piece(self, text: str, thought: str = "") -> dict:
+        return {"message": {"role": "assistant", "content": text, **({"thinking": thought} if thought else {})}}
 
     def _end(self, reply: Reply, session, reason: str) -> dict:
         """The last line's fields: why it ended (stream.Answer.reason) and its timings."""
@@ -173,7 +189,9 @@ class Chat(Door):
         the line with `done: true` and the timings."""
         async for p in pieces(job, reply.req):
             if isinstance(p, Text):
-                line = {**self._line(reply), **self._piece(p.text), "done": False}
+                if p.reasoning and p.text:  # a step across the thinking's end: the thinking's line first
+                    yield _nd({**self._line(reply), **self._piece("", p.reasoning), "done": False})
+                line = {**self._line(reply), **self._piece(p.text, "" if p.text else p.reasoning), "done": False}
                 if p.segments:
                     line["spec_segments"] = [{"text": t, "drafted": bool(d)} for t, d in p.segments]
                 yield _nd(line)
@@ -224,15 +242,18 @@ class Generate(Chat):
                 raise bad("system", "must be a string")
             messages = ([{"role": "system", "content": system}] if system else []) + \
                 [{"role": "user", "content": prompt}]
-            req = _named(parse_chat, {"messages": messages, **fields})
+            req = _named(parse_chat, {"messages": messages, **fields, **_think(body)})
         req.ignored = _ignored(body)
         return req
 
     def _said(self, reply: Reply, session) -> dict:
-        return {"response": session.text}
+        if reply.req.kind != "chat":
+            return {"response": session.text}
+        a = answer(session, reply.req)
+        return {"response": a.content or "", **({"thinking": a.reasoning} if a.reasoning else {})}
 
-    def _piece(self, text: str) -> dict:
-        return {"response": text}
+    def _piece(self, text: str, thought: str = "") -> dict:
+        return {"response": text, **({"thinking": thought} if thought else {})}
 
 
 def _nd(obj: dict) -> str:
@@ -258,7 +279,10 @@ def model_entry(name: str, info: dict) -> dict:
 def show(name: str, info: dict, n_ctx: int, template: str, tools: bool) -> dict:
     """/api/show: the details, the template and what the model can do."""
     arch = info.get("architecture") or "unknown"
-    caps = ["completion"] + (["tools"] if tools else []) + (["insert"] if info.get("fim_tokens") else [])
+    from ..core.reasoning import markers_of
+
+    caps = ["completion"] + (["tools"] if tools else []) + (["insert"] if info.get("fim_tokens") else []) \
+        + (["thinking"] if markers_of(template) else [])
     return {"license": "", "modelfile": f"# served by spec-cli\nFROM {info.get('file', '')}\n",
             "parameters": "", "template": template, "details": model_entry(name, info)["details"],
             "model_info": {"general.architecture": arch, "general.name": info.get("name") or name,

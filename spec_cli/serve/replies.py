@@ -82,6 +82,7 @@ class Reply:
     rid: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     piece: Callable[..., bytes] | None = None   # a token's bytes (the target's vocabulary), for logprobs
+    tokenize: Callable[[str], list] | None = None  # a text's tokens: the thinking's count in usage
     echo_text: str = ""     # `echo`: the prompt, written before the completion
     echo_probs: list = field(default_factory=list)  # ... and its tokens' logprobs (the first None)
 
@@ -113,6 +114,10 @@ class Reply:
                 "top_logprobs": [{_text(text(t)): lp for t, lp in p.top} if p.top is not None else None
                                  for p in probs]
                 if self.req.logprobs else None, "text_offset": offsets}
+
+    def thinking_tokens(self, reasoning: str | None) -> int:
+        """The reply's thinking tokens, counted again from its text (the markers not counted)."""
+        return len(self.tokenize(reasoning)) if reasoning and self.tokenize is not None else 0
 
     def __post_init__(self):
         self.rid = self.rid or new_id(self.req.kind)
@@ -146,6 +151,8 @@ class Reply:
                 extra["tool_call_form"] = parsed.form  # the template's syntax, or a form it read besides
             if r.reasoning:  # llama-server's and DeepSeek's name, and vLLM's newer one
                 choice["message"].update(reasoning_content=r.reasoning, reasoning=r.reasoning)
+                extra["usage"] = usage(self.n_prompt, stats, self.req.prediction is not None)
+                extra["usage"]["completion_tokens_details"] = {"reasoning_tokens": self.thinking_tokens(r.reasoning)}
             if r.unfinished:
                 extra["reasoning_unfinished"] = True  # cut inside its thinking: no answer came
             obj = "chat.completion"

@@ -22,8 +22,10 @@ from .stream import Done, Failed, Text, answer, ending, pieces
 
 STORE_N = 256          # responses kept for previous_response_id (the oldest go first)
 STORE_S = 3600.0       # ... each for at most this long
-KNOWN = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text", "max_output_tokens",
-         "temperature", "top_p", "stream", "store", "previous_response_id", "metadata", "user", "truncation",
+# llama-server's reasoning fields, taken here as in its chat completions
+THINKING = ("chat_template_kwargs", "reasoning_format", "reasoning_budget_tokens", "thinking_budget_tokens")
+KNOWN = {*THINKING, "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text",
+         "max_output_tokens", "temperature", "top_p", "stream", "store", "previous_response_id", "metadata", "user", "truncation",
          "reasoning", "include", "service_tier", "safety_identifier", "prompt_cache_key", "stream_options",
          "seed", "speculation"}  # the last two: spec-cli's own, as in its chat completions
 REFUSED = {"background": "asks for background mode: this server answers while the client waits",
@@ -187,15 +189,15 @@ class Responses(Door):
         system = [{"role": "system", "content": instructions}] if instructions else []
         limit = number(body, "max_output_tokens", None, lo=1, integer=True)
         chat = {"messages": system + history + turn, "max_tokens": limit,
-                **{k: body[k] for k in ("temperature", "top_p", "stream", "seed", "speculation") if k in body}}
+                **{k: body[k] for k in ("temperature", "top_p", "stream", "seed", "speculation", *THINKING)
+                   if k in body}}
         _tools(body, chat)
         _format(body, chat)
+        _reasoning(body, chat)
         req = parse_chat(chat)
         if not isinstance(body.get("store", True), bool):
             raise bad("store", "must be true or false")
         req.ignored = sorted(k for k in body if k not in KNOWN)
-        if body.get("reasoning"):
-            req.ignored.append("reasoning")  # this model's reply is one text: no reasoning items
         req.door = {"body": body, "history": history + turn}
         return req
 
@@ -206,7 +208,8 @@ class Responses(Door):
                "status": status, "error": None, "incomplete_details": None,
                "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
                "model": reply.model, "output": [], "parallel_tool_calls": body.get("parallel_tool_calls", True),
-               "previous_response_id": body.get("previous_response_id"), "reasoning": None,
+               "previous_response_id": body.get("previous_response_id"),
+               "reasoning": body.get("reasoning") if isinstance(body.get("reasoning"), dict) else None,
                "store": body.get("store", True), "temperature": reply.req.sampling.temperature,
                "text": body.get("text") or {"format": {"type": "text"}},
                "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools") or [],
@@ -215,14 +218,17 @@ class Responses(Door):
         if session is None:
             return out
         a = answer(session, reply.req)
-        if a.content or not a.calls:
+        if a.reasoning:
+            out["output"].append(_reasoning_item(a.reasoning))
+        if a.content or not (a.calls or a.reasoning):  # the stream says no message where no text came
             out["output"].append(_message(a.content or ""))
         out["output"] += [_call(c) for c in a.calls]
-        if a.reason == "length":
+        if a.unfinished or a.reason == "length":
             out["status"], out["incomplete_details"] = "incomplete", {"reason": "max_output_tokens"}
         hit = cached(reply.n_prompt, session.stats)
         out["usage"] = {"input_tokens": reply.n_prompt, "input_tokens_details": {"cached_tokens": hit},
-                        "output_tokens": session.stats.tokens, "output_tokens_details": {"reasoning_tokens": 0},
+                        "output_tokens": session.stats.tokens,
+                        "output_tokens_details": {"reasoning_tokens": reply.thinking_tokens(a.reasoning)},
                         "total_tokens": reply.n_prompt + session.stats.tokens}
         out.update(reply.extras(session.stats))
         return out
@@ -231,6 +237,8 @@ class Responses(Door):
         if response["store"]:
             said = []
             for item in response["output"]:
+                if item["type"] == "reasoning":
+                    continue  # the template shows an earlier turn's thinking or not: kept apart here
                 if item["type"] == "message":
                     said.append({"role": "assistant", "content": item["content"][0]["text"]})
                 else:
@@ -258,12 +266,25 @@ class Responses(Door):
         head = self._response(reply, None, "in_progress")
         yield event("response.created", response=head)
         yield event("response.in_progress", response=head)
-        msg_id, text = _rid("msg_"), []
-        at = dict(item_id=msg_id, output_index=0, content_index=0)
+        msg_id, text, thought, rs_id = _rid("msg_"), [], [], _rid("rs_")
+        at: dict = {}
         async for p in pieces(job, reply.req):
             if isinstance(p, Text):
+                if p.reasoning:
+                    if not thought:
+                        yield event("response.output_item.added", output_index=0,
+                                    item={**_reasoning_item("", rs_id), "status": "in_progress", "content": []})
+                    thought.append(p.reasoning)
+                    yield event("response.reasoning_text.delta", item_id=rs_id, output_index=0, content_index=0,
+                                delta=p.reasoning)
+                if not p.text:
+                    continue
                 if not text:
-                    yield event("response.output_item.added", output_index=0,
+                    if thought:
+                        for e in self._thought_done(event, rs_id, "".join(thought)):
+                            yield e
+                    at = dict(item_id=msg_id, output_index=1 if thought else 0, content_index=0)
+                    yield event("response.output_item.added", output_index=at["output_index"],
                                 item={**_message("", msg_id), "status": "in_progress", "content": []})
                     yield event("response.content_part.added", **at, part=_part(""))
                 text.append(p.text)
@@ -272,15 +293,22 @@ class Responses(Door):
                 yield event("response.output_text.delta", **at, delta=p.text, logprobs=[], **extra)
             elif isinstance(p, Done):
                 final = self._response(reply, p.session)
+                first = 0
+                if thought:
+                    final["output"][0]["id"] = rs_id
+                    if not text:
+                        for e in self._thought_done(event, rs_id, "".join(thought)):
+                            yield e
+                    first = 1
                 if text:
                     whole = "".join(text)
                     yield event("response.output_text.done", **at, text=whole, logprobs=[])
                     yield event("response.content_part.done", **at, part=_part(whole))
-                    final["output"][0]["id"] = msg_id
-                    yield event("response.output_item.done", output_index=0, item=final["output"][0])
-                elif final["output"] and final["output"][0]["type"] == "message":
-                    final["output"].pop(0)  # no text came: the stream said no message
-                first = 1 if text else 0
+                    final["output"][first]["id"] = msg_id
+                    yield event("response.output_item.done", output_index=first, item=final["output"][first])
+                    first += 1
+                elif len(final["output"]) > first and final["output"][first]["type"] == "message":
+                    final["output"].pop(first)  # no text came: the stream said no message
                 for i, item in enumerate(final["output"][first:], first):
                     yield event("response.output_item.added", output_index=i,
                                 item={**item, "arguments": "", "status": "in_progress"})
@@ -290,13 +318,18 @@ class Responses(Door):
                                 name=item["name"], arguments=item["arguments"])
                     yield event("response.output_item.done", output_index=i, item=item)
                 self._keep(reply, final)
-                done = "response.incomplete" if ending(p.session, p.calls) == "length" else "response.completed"
+                done = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
                 yield event(done, response=final)
             elif isinstance(p, Failed):
                 failed = {**head, "status": "failed",
                           "error": {"code": "server_error" if p.error.status >= 500 else "invalid_prompt",
                                     "message": p.error.message}}
                 yield event("response.failed", response=failed)
+
+    @staticmethod
+    def _thought_done(event, rs_id: str, whole: str):
+        yield event("response.reasoning_text.done", item_id=rs_id, output_index=0, content_index=0, text=whole)
+        yield event("response.output_item.done", output_index=0, item=_reasoning_item(whole, rs_id))
 
     def get(self, rid: str) -> dict:
         found = self.store.get(rid)
@@ -317,6 +350,23 @@ def _part(text: str) -> dict:
 def _message(text: str, mid: str | None = None) -> dict:
     return {"type": "message", "id": mid or _rid("msg_"), "status": "completed", "role": "assistant",
             "content": [_part(text)]}
+
+
+def _reasoning_item(text: str, rid: str | None = None) -> dict:
+    """A reasoning item: the model's own thinking as its content (no summary is made)."""
+    return {"type": "reasoning", "id": rid or _rid("rs_"), "summary": [], "status": "completed",
+            "content": [{"type": "reasoning_text", "text": text}]}
+
+
+def _reasoning(body: dict, chat: dict) -> None:
+    """Responses' `reasoning: {"effort": ...}` as the chat's reasoning_effort."""
+    value = body.get("reasoning")
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise bad("reasoning", "must be an object such as {\"effort\": \"low\"}")
+    if value.get("effort") is not None:
+        chat["reasoning_effort"] = value["effort"]
 
 
 def _call(call: dict) -> dict:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator
 
 from ..core.reasoning import Split, split
-from ..core.tools import Parsed, StreamFilter, parse
+from ..core.calls import Parsed, StreamFilter, parse
 from .api import ApiError, Request
 
 

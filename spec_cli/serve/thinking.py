@@ -74,10 +74,8 @@ def template_kwargs(template: str | None, ask: Ask | None) -> tuple[dict, bool]:
     """The variables the template gets for `ask`, and whether its
     reasoning_effort was ignored (the template has no notion of it): the
     template's own `reasoning_effort` where it reads one (gpt-oss), else
-    `enable_thinking` (Qwen3's on/off: none and minimal are off).  A
-    template that reads `enable_thinking` gets true unless asked otherwise,
-    as llama-server gives it (DeepSeek-R1's template as llama.cpp keeps it
-    closes the block without it)."""
+    `enable_thinking` (Qwen3's on/off: none and minimal are off); true
+    otherwise (llama.vocab.Vocab.apply_chat_template)."""
     template = template or ""
     out = dict(ask.kwargs) if ask is not None else {}
     ignored = False
@@ -88,8 +86,6 @@ def template_kwargs(template: str | None, ask: Ask | None) -> tuple[dict, bool]:
             out.setdefault("enable_thinking", ask.effort not in ("none", "minimal"))
         else:
             ignored = True
-    if "enable_thinking" in template:
-        out.setdefault("enable_thinking", True)
     return out, ignored
 
 
@@ -101,13 +97,13 @@ def plan(vocab, ask: Ask | None, tokens: list[int], server_format: str, server_b
     the constraint knows where the answer starts."""
     fmt = (ask.format if ask is not None and ask.format else None) or server_format
     markers = markers_of(vocab.chat_template())
-    if markers is None or fmt == "none":
+    if markers is None:
         return None, tokens, grammar
     tail = b"".join(vocab.piece(t, special=True) for t in tokens[-16:]).decode("utf-8", "replace")
     start = opened(tail, markers)
     budget = ask.budget if ask is not None and ask.budget is not None else server_budget
     if start == "closed" or (grammar is None and budget is None):
-        return Plan(markers, start), tokens, grammar
+        return (None if fmt == "none" else Plan(markers, start)), tokens, grammar
     if start == "maybe":
         tokens = tokens + vocab.tokenize(markers.open + "\n", add_special=False, parse_special=True)
         start = "inside"
@@ -117,4 +113,4 @@ def plan(vocab, ask: Ask | None, tokens: list[int], server_format: str, server_b
     wrapped = ThinkingGrammar(grammar, close, tuple(vocab.tokenize(markers.close, add_special=False,
                                                                    parse_special=True)),
                               budget, lambda t: vocab.piece(t, special=True), vocab.n_vocab)
-    return Plan(markers, start), tokens, wrapped
+    return (None if fmt == "none" else Plan(markers, start)), tokens, wrapped

@@ -309,7 +309,9 @@ class Worker:
         sampling = req.sampling
         seed = req.seed if req.seed is not None else secrets.randbits(31)
         proposer, name = proposer_for(pair, req, self.cfg.proposer, self.store)
-        reply = Reply(req, self.cfg.model, name, seed, len(tokens), truncated, piece=pair.target.vocab.piece)
+        vocab = pair.target.vocab
+        reply = Reply(req, self.cfg.model, name, seed, len(tokens), truncated, piece=vocab.piece,
+                      tokenize=lambda text: vocab.tokenize(text, add_special=False))
         if req.echo:
             echo(pair.target, reply, tokens)
         if req.max_tokens == 0:  # llama.vim's warm-up: read the prompt into the cache, write nothing
