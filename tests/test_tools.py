@@ -262,8 +262,11 @@ def test_auto_constrains_the_forms_small_models_write_once_they_start(tokenizer)
     assert c.legal(fence) == len(fence)
     bad = TOY('I will look.\n```json\n{"name": "get_weather", "arguments": {"city": 7}}')
     assert c.legal(bad) < len(bad)  # the arguments follow the schema once the fence opens
-    bare = TOY('{"name": "get_time", "arguments": {}}\n{"name": "get_date"')
+    bare = TOY('{"name": "get_time", "arguments": {}}\n{"name": "get_weather", "arguments": {"city": 7}}')
     assert c.legal(bare) < len(bare)
+    # an object naming a tool the request did not give is let be, as text: it is not made a call to one it did
+    stray = '{"name": "get_time", "arguments": {}}\n{"name": "get_date", "arguments": {"day": 1}}'
+    assert c.legal(TOY(stray)) == len(TOY(stray))
     code = TOY("Here:\n```python\nprint({'name': 1})\n```\nDone.")
     assert c.legal(code) == len(code)  # other text, code fences included, is free
     one = matcher(tokenizer, ToolUse((WEATHER, TIME), parallel=False))
@@ -294,3 +297,25 @@ def test_a_stream_lets_a_code_fence_through_and_holds_a_call_fence():
                                    "\"arguments\": {}}\n```"], ToolUse((WEATHER, TIME)))
     assert shown == "Here:\n```python\nx = 1\n```\nand now\n" and [c["function"]["name"] for c in parsed.calls] == [
         "get_time"]
+
+
+def test_a_lazy_tool_grammar_masks_nothing_until_a_call_opens(tokenizer):
+    from spec_cli.core.lazy import LazyGrammar
+    from spec_cli.core.tools import triggers
+
+    use = ToolUse((WEATHER, TIME))
+    compiled = compile_spec(Spec("lark", grammar(use, "hermes", {"<tool_call>": CALL, "</tool_call>": END}), "tools"),
+                            tokenizer, len(TOY.tokens))
+    c = LazyGrammar(compiled, tuple(t.encode() for t in triggers("hermes")), lambda t: TOY.tokens[t]).start()
+    free = TOY("Some text, with {braces} and ```code```.\n")
+    assert c.legal(free) == len(free) and not c.active  # legal leaves the state as it found it
+    c.advance(free)
+    assert not c.active and c.masks == 0 and c.forced() == []
+    call = TOY('{"name": "get_weather", "arguments": {"city": 7}}')
+    assert c.legal(call) < len(call)  # once the call opens, its arguments follow the schema
+    c.advance(TOY('{"name": "get_weather", "arguments": {"city": '))
+    assert c.active and c.masks == 0
+    mask = c.mask()
+    assert c.allows(mask, TOY('"')[0]) and not c.allows(mask, TOY("7")[0])
+    c.rollback(len(TOY('{"name": "get_weather", "arguments": {"city": ')))
+    assert not c.active and c.count == len(free)  # back before the opening: free again

@@ -51,16 +51,20 @@ def checker():
 
 def json_schema(node):
     """A BFCL parameter schema as JSON Schema."""
-    if isinstance(node, dict):
-        out = {k: json_schema(v) for k, v in node.items() if k != "type"}
-        if "type" in node:
-            t = TYPES.get(node["type"], node["type"])
-            if t is not None:
-                out["type"] = t
-        return out
     if isinstance(node, list):
         return [json_schema(v) for v in node]
-    return node
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for k, v in node.items():
+        if k == "type" and isinstance(v, str):
+            if TYPES.get(v, v) is not None:
+                out["type"] = TYPES.get(v, v)
+        elif k == "properties" and isinstance(v, dict):  # its keys are parameter names, not keywords
+            out[k] = {name: json_schema(p) for name, p in v.items()}
+        else:
+            out[k] = json_schema(v)
+    return out
 
 
 def load(data: Path, category: str, n: int) -> list[tuple[dict, list | None]]:

@@ -77,6 +77,8 @@ class Spec:
     text: str = ""
     where: str = "grammar"
     strict: bool = True
+    # where set, the grammar is lazy (core/lazy.py): rows go unmasked until one of these texts shows
+    triggers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -98,6 +98,19 @@ FAMILY_MARKS = (("qwen3coder", ("<tool_call>", "<function=")), ("hermes", ("<too
                 ("deepseek", ("tool▁call▁begin",)), ("commandr", ("<|START_ACTION|>",)),
                 ("granite", ("<|tool_call|>",)), ("gptoss", ("to=functions.",)),
                 ("llama3", ("<|python_tag|>",)), ("llama3", ("ipython",)))
+# where a call in each family's own syntax opens (under "auto" the grammar masks from there: core/lazy.py)
+OPENINGS = {"hermes": "<tool_call>", "qwen3coder": "<tool_call>", "mistral": "[TOOL_CALLS]",
+            "mistral2": "[TOOL_CALLS]", "deepseek": "<｜tool▁calls▁begin｜>", "granite": "<|tool_call|>",
+            "commandr": "<|START_ACTION|>"}
+
+
+def triggers(family: str) -> tuple[str, ...]:
+    """The texts from which a lazy tool grammar masks: the family's opening,
+    and a JSON call's (every family's grammar takes one: the forms small
+    models write)."""
+    return tuple(t for t in (OPENINGS.get(family), '{"name"') if t)
+
+
 # the grammars core/tools.py writes (the others read their calls, core/calls.py, and get the generic form)
 GRAMMARS = ("hermes", "qwen3coder", "mistral", "mistral2", "llama3", "deepseek", "granite", "commandr")
 
@@ -190,16 +203,33 @@ def _wrap(use: ToolUse, calls: str, rules: list[str], template: str | None) -> s
     """The reply's grammar around a family's `calls` rule: under "auto",
     free text (FREE) and the family's calls (`template`), or text up to a
     ```json fence of calls, or a reply that is calls as JSON a line each
-    (the forms small models write, constrained once they start); else the
-    calls alone."""
+    (the forms small models write, constrained once they name a tool);
+    else the calls alone.  An object that names no tool of the request is
+    let be, as text (`stray`): a model that reaches for a tool it was not
+    given is not made to call one it was (the question needs none)."""
     if use.choice != "auto":
         return "\n".join(["start: calls", calls, *rules])
-    many = 'jcall ("\\n" jcall)*' if use.parallel else "jcall"
-    one = {"anyOf": [call_schema(t, "hermes") for t in use.calls]}
-    alts = [template or "FREE?", "text fenced", "bare"]
+    head = '(jcall "\\n")*' if use.parallel else ""
+    more = '("\\n" jcall)*' if use.parallel else ""
+    alts = [template or "FREE?", "text fenced", "bare", "lines tail"]
     return "\n".join([f"start: {' | '.join(alts)}", calls, *rules, FREE,
-                       'text[suffix="```json\\n"]: /(.|\\n)*/ & ~/[{]"name"(.|\\n)*/', f'fenced: {many} "\\n```" FREE?',
-                       f'bare: {many} "\\n"?', f"jcall: {_json(one, use.strict)}"])
+                       'text[suffix="```json\\n"]: /(.|\\n)*/ & ~/[{]"name"(.|\\n)*/',
+                       f'fenced: {head} (jcall "\\n```" FREE? | stray)', f'bare: {head} (jcall "\\n"? | stray)',
+                       # text, then calls from a line's start to the end
+                       'lines[suffix="\\n{\\"name\\": \\""]: /(.|\\n)*/',
+                       f'tail: named {more} "\\n"? | STRAY', *_named(use)])
+
+
+def _named(use: ToolUse) -> list[str]:
+    """`jcall`: a call as JSON, {"name": ..., "arguments": ...}, its name one
+    of the tools and its arguments that tool's; `stray`: the same opening
+    and a name that is none of them, then any text to the end."""
+    names = [t.name for t in use.calls]
+    alts = " | ".join(f'{json.dumps(t.name + chr(34) + ", " + chr(34) + "arguments" + chr(34) + ": ")} '
+                      f'{_json(_args(t), use.strict)} "}}"' for t in use.calls)
+    taken = "|".join(re.escape(n) for n in names)
+    return ['jcall: "{\\"name\\": \\"" named', f"named: {alts}", 'stray: "{\\"name\\": \\"" STRAY',
+            f'STRAY: /(.|\\n)*/ & ~/({taken})"(.|\\n)*/']
 
 
 def _args(tool: Tool) -> dict:

@@ -39,7 +39,12 @@ def compile_for(vocab, spec):
     """`spec` (core.constraint.Spec) compiled against `vocab`."""
     from ..core.constraint import compile_spec
 
-    return compile_spec(spec, vocab.grammar_tokenizer(), vocab.n_vocab)
+    grammar = compile_spec(spec, vocab.grammar_tokenizer(), vocab.n_vocab)
+    if not spec.triggers:
+        return grammar
+    from ..core.lazy import LazyGrammar
+
+    return LazyGrammar(grammar, tuple(t.encode() for t in spec.triggers), lambda t: vocab.piece(t, special=True))
 
 
 def tokenizer(vocab):

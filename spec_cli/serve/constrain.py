@@ -10,7 +10,7 @@ import json
 import logging
 
 from ..core.constraint import ConstraintError, Spec
-from ..core.tools import GRAMMARS, family_of, grammar
+from ..core.tools import GRAMMARS, family_of, grammar, triggers
 from .api import ApiError
 
 log = logging.getLogger("spec_cli.serve")
@@ -52,8 +52,10 @@ def tool_spec(vocab, model: str, use, answer: Spec | None = None) -> Spec | None
     where = "tools" if answer is None else f"tools and {answer.where}"
     strict = use.strict and (answer is None or answer.strict)
     try:  # the grammar is checked as any other (its size, from the tools' schemas)
+        # under "auto" with no typed answer, the grammar is lazy: free text goes unmasked (core/lazy.py)
+        lazy = triggers(family) if use.choice == "auto" and answer is None else ()
         return Spec("lark", grammar(use, family, special, schema, answer is not None and answer.strict), where,
-                    strict=strict)
+                    strict=strict, triggers=lazy)
     except ConstraintError as e:
         raise ApiError(400, e.message, param="tools") from None
 
