@@ -108,3 +108,30 @@ def test_the_page_says_when_the_server_is_gone(browser, smollm_path):
     browser.find_element(By.ID, "send").click()
     WebDriverWait(browser, 60).until(lambda d: d.find_element(By.ID, "error").is_displayed())
     assert "connection dropped" in browser.find_element(By.ID, "error").text
+
+
+def test_the_page_folds_a_reasoning_model_s_thinking_away(browser, smollm_path, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from test_thinking_serve import thinker_gguf
+
+    srv = Server(thinker_gguf(smollm_path, tmp_path), dict(os.environ), "--reasoning-budget", "4", "--deterministic")
+    try:
+        wait = WebDriverWait(browser, 120, poll_frequency=0.05)
+        browser.get(srv.url + "/")
+        wait.until(lambda d: "proposer" in d.find_element(By.ID, "model").text)
+        browser.find_element(By.ID, "prompt").send_keys("What is the capital of France?")
+        browser.find_element(By.ID, "send").click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant .stats"))
+        browser.save_screenshot(str(_shots() / "page-thinking.png"))
+        fold = browser.find_element(By.CSS_SELECTOR, ".msg.assistant details.thinking")
+        assert fold.get_attribute("open") is None  # folded until asked
+        thought = browser.execute_script("return arguments[0].lastChild.textContent", fold)
+        answer = browser.execute_script("return window.specCli.lastText")
+        assert thought.strip() and answer.strip() and "think>" not in thought + answer
+        shown = browser.execute_script(
+            "return Array.from(document.querySelectorAll('.msg.assistant > span')).map(s => s.textContent).join('')")
+        assert shown == answer  # the answer's text alone beside the fold
+    finally:
+        srv.stop()

@@ -26,12 +26,18 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
           "required": ["name", "age"], "additionalProperties": False}
 
 
-@pytest.fixture(scope="module")
-def thinker(smollm_path, tmp_path_factory):
-    path = tmp_path_factory.mktemp("thinker") / "smollm2-qwen3.5-template.gguf"
+def thinker_gguf(smollm_path, folder: Path) -> Path:
+    """SmolLM2 carrying Qwen3.5-4B's chat template, as gguf-new-metadata writes it."""
+    path = folder / "smollm2-qwen3.5-template.gguf"
     subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(smollm_path), str(path),
                     "--chat-template", TEMPLATE.read_text(), "--force"], check=True, capture_output=True)
-    yield from serving(path, "--parallel", "2", "--deterministic")
+    return path
+
+
+@pytest.fixture(scope="module")
+def thinker(smollm_path, tmp_path_factory):
+    yield from serving(thinker_gguf(smollm_path, tmp_path_factory.mktemp("thinker")), "--parallel", "2",
+                       "--deterministic")
 
 
 def _chat(srv, **kw):
