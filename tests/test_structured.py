@@ -324,6 +324,28 @@ def test_a_tool_call_round_trip_with_the_openai_client(qwen_server):
 
 
 @pytest.mark.pair
+def test_under_auto_the_default_pair_makes_every_call_a_question_needs_and_none_for_a_poem(qwen_server):
+    """The 1.5B writes its calls in a ```json fence under auto: each one is
+    read (constrained from the fence's opening), as many as the question
+    asks, one where parallel calls are off; a question for no tool gets
+    text, streamed as it comes."""
+    c = client(qwen_server)
+
+    def ask(question, **kw):
+        return c.chat.completions.create(model="m", messages=[{"role": "user", "content": question}],
+                                         tools=WEATHER, temperature=0, max_tokens=120, **kw)
+    two = ask("What is the weather in Paris and in Tokyo?")
+    calls = two.choices[0].message.tool_calls
+    assert [json.loads(t.function.arguments)["city"] for t in calls] == ["Paris", "Tokyo"]
+    assert two.choices[0].finish_reason == "tool_calls"
+    one = ask("What is the weather in Paris and in Tokyo?", parallel_tool_calls=False)
+    assert len(one.choices[0].message.tool_calls) == 1
+    poem = list(ask("Write a haiku about autumn.", stream=True))
+    texts = [ch.choices[0].delta.content for ch in poem if ch.choices and ch.choices[0].delta.content]
+    assert len(texts) > 3 and not any(ch.choices[0].delta.tool_calls for ch in poem if ch.choices)
+
+
+@pytest.mark.pair
 def test_tools_whose_grammar_is_over_the_limits_are_a_400_naming_tools(qwen_server):
     huge = [{"type": "function", "function": {"name": "pick", "parameters": {
         "type": "object", "properties": {"v": {"enum": list(range(300_000))}}}}}]
