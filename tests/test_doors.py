@@ -147,6 +147,15 @@ HOSTILE = [
     ("/api/generate", {"model": "m", "prompt": "x", "options": {"temperature": "warm"}}),
     ("/api/generate", {"model": "m", "prompt": "x", "options": {"top_k": 1 << 70}}),
     ("/api/pull", {"model": "m"}),
+    # reasoning fields, in each door's own spelling
+    ("/v1/messages", {"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
+                      "thinking": {"type": "enabled", "budget_tokens": -1}}),
+    ("/v1/messages", {"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "thinking": {"type": "max"}}),
+    ("/v1/responses", {"input": "hi", "reasoning": {"effort": "extreme"}}),
+    ("/v1/responses", {"input": "hi", "chat_template_kwargs": {"add_generation_prompt": False}}),
+    ("/api/chat", {"model": "m", "messages": [{"role": "user", "content": "hi"}], "think": "max"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "reasoning_budget_tokens": "x"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": [1]}),
     # fill-in-the-middle asked of a model without FIM tokens (SmolLM2): the field is named
     ("/api/generate", {"model": "m", "prompt": "def f(", "suffix": "):\n"}),
     ("/v1/completions", {"prompt": "def f(", "suffix": "x = 1\n" * 170_000}),  # a million characters
