@@ -193,3 +193,23 @@ def test_document_ctrl_c_keeps_what_was_written(smollm_path, spec_env, tmp_path)
     assert "incomplete" in err
     assert len(draft.read_text()) > 50
     assert not list(tmp_path.glob(".long.md.*"))
+
+
+def test_a_target_without_a_draft_model_drafts_with_the_lookup_and_its_thinking_goes_apart(smollm_path, spec_env,
+                                                                                           tmp_path):
+    """A GGUF the registry does not know, no --draft: served with the lookup
+    (said in one line), not refused.  Its template (Qwen3.5's) opens a
+    thinking block SmolLM2 never closes: the reply is all thinking, on
+    stderr, and stdout gets no answer; --hide-thinking leaves it out."""
+    from test_thinking_serve import thinker_gguf
+
+    path = thinker_gguf(smollm_path, tmp_path)
+    args = ["generate", "--target", str(path), "--ctx", "2048", "-n", "12", "What is the capital of France?"]
+    res = spec(*args, env=spec_env)
+    assert res.returncode == 0, res.stderr
+    assert "no draft model for" in res.stderr and "lookup" in res.stderr
+    assert "capital" in res.stderr and "thinking: " in res.stderr and res.stdout.strip() == ""
+    hidden = spec(*args, "--hide-thinking", env=spec_env)
+    assert hidden.returncode == 0 and "France is" not in hidden.stderr
+    as_json = json.loads(spec(*args, "--json", env=spec_env).stdout)
+    assert as_json["reasoning"] and as_json["answer"] == "" and as_json["text"].startswith(as_json["reasoning"][:5])

@@ -165,8 +165,8 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
         try:
             draft_arg = _suggested_draft(cfg.target, registry)
         except SpecError as e:
-            no_draft = e  # unless the target drafts for itself
-            if not may_mtp or not _may_have_mtp(cfg.target, registry):
+            no_draft = e  # unless the target drafts for itself, or the default lookup drafts alone
+            if cfg.proposer != "hybrid" and (not may_mtp or not _may_have_mtp(cfg.target, registry)):
                 raise  # before anything is downloaded
     target_path = resolve(cfg.target, registry=registry, progress=progress(cfg.target) if progress else None)
     # the target's own multi-token-prediction layers draft where asked, and
@@ -178,7 +178,9 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
     if use_mtp and cfg.draft is None:
         draft_arg = None  # the registry's draft is not needed
     elif no_draft is not None:
-        raise no_draft
+        if cfg.proposer != "hybrid":
+            raise no_draft
+        draft_arg = None  # the default serves what it was given: the lookup drafts alone (said below)
     draft_path = None
     if draft_arg is not None and wants_draft:
         draft_path = resolve(draft_arg, registry=registry, progress=progress(draft_arg) if progress else None)
@@ -195,6 +197,9 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
     if seqs < cfg.seqs:
         plan.notes.append(f"note: the memory free now holds the KV caches of {seqs} sequences of {cfg.ctx} "
                           f"tokens, not {cfg.seqs}: fewer requests run at once (a smaller --ctx lets more)")
+    if no_draft is not None and not use_mtp:
+        plan.notes.append(f"note: no draft model for {target_path.name} (none given, none in the registry): the "
+                          "lookup over the prompt and earlier outputs drafts alone (--draft NAME|PATH adds one)")
     if use_mtp and draft_arg is None:
         plan.notes.append(f"note: {target_path.name} drafts with its own multi-token-prediction layers "
                           f"({n_mtp} block{'s' if n_mtp > 1 else ''}; no draft model)")
