@@ -15,7 +15,8 @@ from ..run.config import PairConfig
 from .common import FrequencyPenalty, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
 from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
                      GpuLayers, MinP, PMin, ProposerName, Quiet, Rule, Seed,
-                     Target, Temp, Threads, TopK, TopP, run_session, stdout_write, HideThinking, Thinking, print_reply, thinking_plan,
+                     Target, Temp, Threads, TopK, TopP, run_session, stdout_write,
+                     HideThinking, ThinkingView, print_reply, thinking_plan,
                      placement, Rpc, TensorSplit, Grammar, JsonObject, JsonSchema, compile_constraint,
                      constraint_spec)
 
@@ -157,7 +158,7 @@ class _Chat:
         display = Display.decide(quiet=self.quiet)
         plan = thinking_plan(target.vocab, tokens, raw=False)
         sink = None if display.stdout_tty else stdout_write
-        thinking = Thinking(plan, sink, hidden=self.hide) if plan is not None else None
+        thinking = ThinkingView(plan, sink, hidden=self.hide) if plan is not None else None
         out = run_session(Session(self.pair, tokens, gen, self.proposer), display, label=self.label,
                           sink=thinking or sink)
         answer = out.text

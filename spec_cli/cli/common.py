@@ -300,7 +300,7 @@ def thinking_plan(vocab, tokens: list[int], raw: bool):
     return markers, opened(tail, markers)
 
 
-class Thinking:
+class ThinkingView:
     """A reply's text as it comes, its thinking apart: the answer goes on
     to `sink` (stdout, a file), the thinking dimmed to stderr unless
     `hidden`.  `reasoning`, `answer` and `at` (where the answer starts in
@@ -334,7 +334,7 @@ class Thinking:
         self.at = text.rfind(self.answer) if self.answer else len(text)
 
 
-def print_reply(session, thinking: "Thinking | None", *, end: str = "") -> None:
+def print_reply(session, thinking: "ThinkingView | None", *, end: str = "") -> None:
     """The reply coloured by origin at the end (a terminal's stdout): the
     thinking dimmed first, unless hidden, then the answer."""
     from rich.console import Console

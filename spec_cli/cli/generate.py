@@ -18,7 +18,8 @@ from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling
                      Seed, Target, Temp, Threads, TopK, TopP, read_file, read_stdin, run_session,
                      stdout_write,
                      placement, Rpc, TensorSplit, Grammar, JsonObject, JsonSchema, compile_constraint,
-                     constraint_spec, Raw, Stops, System, HideThinking, Thinking, print_reply, thinking_plan)
+                     constraint_spec, Raw, Stops, System,
+                     HideThinking, ThinkingView, print_reply, thinking_plan)
 
 
 def generate(
@@ -74,7 +75,7 @@ def generate(
         sink = out_file.write if out_file else None if (as_json or coloured_at_end) else stdout_write
         tokens = prompt_tokens(pair.target, text, raw=raw, system=system)
         plan = thinking_plan(pair.target.vocab, tokens, raw)
-        thinking = Thinking(plan, sink, hidden=hide_thinking) if plan is not None else None
+        thinking = ThinkingView(plan, sink, hidden=hide_thinking) if plan is not None else None
         session = Session(pair, tokens, gen, pair.new_proposer())
         run_session(session, display, label=proposer, sink=thinking or sink,
                     progress_total=max_tokens if out_file else None)

@@ -25,8 +25,8 @@ STORE_S = 3600.0       # ... each for at most this long
 # llama-server's reasoning fields, taken here as in its chat completions
 THINKING = ("chat_template_kwargs", "reasoning_format", "reasoning_budget_tokens", "thinking_budget_tokens")
 KNOWN = {*THINKING, "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text",
-         "max_output_tokens", "temperature", "top_p", "stream", "store", "previous_response_id", "metadata", "user", "truncation",
-         "reasoning", "include", "service_tier", "safety_identifier", "prompt_cache_key", "stream_options",
+         "max_output_tokens", "temperature", "top_p", "stream", "store", "previous_response_id", "metadata", "user",
+         "truncation", "reasoning", "include", "service_tier", "safety_identifier", "prompt_cache_key", "stream_options",
          "seed", "speculation"}  # the last two: spec-cli's own, as in its chat completions
 REFUSED = {"background": "asks for background mode: this server answers while the client waits",
            "conversation": "names a stored conversation: this server keeps none (send previous_response_id)",
