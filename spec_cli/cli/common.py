@@ -289,15 +289,10 @@ HideThinking = Annotated[bool, typer.Option(
 
 
 def thinking_plan(vocab, tokens: list[int], raw: bool):
-    """(markers, where the reply starts) for a chat prompt in a template
-    with a thinking block (core/reasoning.py), else None."""
-    from ..core.reasoning import markers_of, opened
+    """How a chat prompt's reply is read for its thinking (serve.thinking.reading), else None."""
+    from ..serve.thinking import reading
 
-    markers = None if raw else markers_of(vocab.chat_template())
-    if markers is None:
-        return None
-    tail = b"".join(vocab.piece(t, special=True) for t in tokens[-16:]).decode("utf-8", "replace")
-    return markers, opened(tail, markers)
+    return None if raw else reading(vocab, tokens)
 
 
 class ThinkingView:
@@ -309,7 +304,7 @@ class ThinkingView:
     def __init__(self, plan, sink: Callable[[str], None] | None, *, hidden: bool):
         from ..core.reasoning import Split
 
-        self.split = Split(*plan)
+        self.split = Split(plan.markers, plan.start)
         self.sink, self.hidden, self.shown = sink, hidden, False
 
     def __call__(self, text: str) -> None:

@@ -156,6 +156,10 @@ def _xml_call(body: str, use) -> list | None:
     return out or None
 
 
+MISTRAL_NAMED = re.compile(r"\s*([A-Za-z0-9_.\-]+)(?:\[CALL_ID\][^\[]*)?\[ARGS\]")
+MISTRAL_NEXT = re.compile(r"\s*([A-Za-z0-9_.\-]+)\[ARGS\]")
+
+
 def _mistral(text: str, at: int, use) -> tuple[list, int] | None:
     """[TOOL_CALLS] and a list (older), or NAME[ARGS]{...} after each
     [TOOL_CALLS] (current; a [CALL_ID]id may come between)."""
@@ -168,14 +172,14 @@ def _mistral(text: str, at: int, use) -> tuple[list, int] | None:
             calls += got
             pos = found[1]
         else:
-            m = re.compile(r"\s*([A-Za-z0-9_.\-]+)(?:\[CALL_ID\][^\[]*)?\[ARGS\]").match(text, pos)
+            m = MISTRAL_NAMED.match(text, pos)
             found = _decode_at(text, m.end()) if m else None
             if not found or not isinstance(found[0], dict) or m.group(1) not in _names(use):
                 return None
             calls.append(_new(m.group(1), found[0]))
             pos = found[1]
         # current Mistral writes the next call as NAME[ARGS]{...} again, or after another [TOOL_CALLS]
-        while (m := re.compile(r"\s*([A-Za-z0-9_.\-]+)\[ARGS\]").match(text, pos)) and m.group(1) in _names(use):
+        while (m := MISTRAL_NEXT.match(text, pos)) and m.group(1) in _names(use):
             found = _decode_at(text, m.end())
             if not found or not isinstance(found[0], dict):
                 break

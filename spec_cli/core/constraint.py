@@ -201,6 +201,17 @@ def _reason(error: str) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
+def allows(mask: np.ndarray, token: int) -> bool:
+    """Whether the bitmask `mask` (bit t of word t // 32) lets `token` through."""
+    return bool((int(mask[token >> 5]) >> (token & 31)) & 1)
+
+
+def apply_mask(row: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """A copy of the logits `row` with every token `mask` refuses at -inf."""
+    allowed = np.unpackbits(mask.view(np.uint8), bitorder="little")[:row.shape[-1]].view(bool)
+    return np.where(allowed, row, np.float32(-np.inf)).astype(np.float32, copy=False)
+
+
 class Constraint:
     """One generation's constraint state, at the tokens emitted so far.
     `seconds` adds up the host time its masks took (bench reports it)."""
@@ -244,14 +255,13 @@ class Constraint:
 
     @staticmethod
     def allows(mask: np.ndarray, token: int) -> bool:
-        return bool((int(mask[token >> 5]) >> (token & 31)) & 1)
+        return allows(mask, token)
 
     def masked(self, row: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """A copy of the logits `row` with every refused token at -inf."""
         mask = self.mask() if mask is None else mask
         t0 = time.perf_counter()
-        allowed = np.unpackbits(mask.view(np.uint8), bitorder="little")[:row.shape[-1]].view(bool)
-        out = np.where(allowed, row, np.float32(-np.inf)).astype(np.float32, copy=False)
+        out = apply_mask(row, mask)
         self.seconds += time.perf_counter() - t0
         return out
 

@@ -18,6 +18,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .gated import Gated
+
 
 @dataclass(frozen=True, eq=False)
 class LazyGrammar:
@@ -43,15 +45,12 @@ class LazyGrammar:
         return Lazy(self, self.inner.start())
 
 
-class Lazy:
+class Lazy(Gated):
     def __init__(self, g: LazyGrammar, inner):
-        self.g, self.inner = g, inner
-        self.tokens: list[int] = []
-        self.ends: list[int] = []     # the text's length after each token
-        self.text = b""
+        super().__init__(inner, inner.n_vocab, g.piece)
+        self.g = g
         self.active = False           # the grammar has every token and masks the rows
         self.broken = False           # the free text left the grammar: unconstrained to the end
-        self._all = np.full((inner.n_vocab + 31) // 32, -1, dtype=np.int32)
         self.longest = max(len(t) for t in g.triggers)
 
     def _seen(self, since: int) -> bool:
@@ -60,10 +59,7 @@ class Lazy:
         return any(t in window for t in self.g.triggers)
 
     def _push(self, token: int) -> None:
-        before = len(self.text)
-        self.tokens.append(token)
-        self.text += self.g.piece(token)
-        self.ends.append(len(self.text))
+        before = self._append(token)
         if not self.active and not self.broken and self._seen(before):
             if self.inner.legal(self.tokens) == len(self.tokens):  # the grammar takes the text so far
                 self.inner.advance(self.tokens)
@@ -72,9 +68,7 @@ class Lazy:
                 self.broken = True
 
     def _pop(self) -> None:
-        self.tokens.pop()
-        self.ends.pop()
-        self.text = self.text[:self.ends[-1]] if self.ends else b""
+        self._remove()
         if self.active:
             self.inner.rollback(1)
             if not self._seen(0):  # back before the trigger: free again
@@ -82,6 +76,12 @@ class Lazy:
                 self.active = False
         elif self.broken and not self._seen(0):
             self.broken = False
+
+    def _inner_here(self):
+        return self.inner if self.active else None
+
+    def _free(self) -> bool:
+        return not self.active
 
     # -- Constraint's face --------------------------------------------------------------
     @property
@@ -120,10 +120,6 @@ class Lazy:
     def mask(self) -> np.ndarray:
         return self.inner.mask() if self.active else self._all
 
-    @staticmethod
-    def allows(mask: np.ndarray, token: int) -> bool:
-        return bool((int(mask[token >> 5]) >> (token & 31)) & 1)
-
     def masked(self, row: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         return self.inner.masked(row, mask) if self.active else np.asarray(row, dtype=np.float32)
 
@@ -132,9 +128,7 @@ class Lazy:
             if self.active:  # the rest in one go
                 rest = list(tokens[i:])
                 for t2 in rest:
-                    self.tokens.append(t2)
-                    self.text += self.g.piece(t2)
-                    self.ends.append(len(self.text))
+                    self._append(t2)
                 self.inner.advance(rest)
                 return
             self._push(t)
@@ -142,22 +136,3 @@ class Lazy:
     def rollback(self, n: int) -> None:
         for _ in range(n):
             self._pop()
-
-    def choose(self, row: np.ndarray, pick: Callable[[np.ndarray], int], *, greedy: bool,
-               keep: list | None = None) -> int:
-        if self.active:
-            return self.inner.choose(row, pick, greedy=greedy, keep=keep)
-        if keep is not None:
-            keep.append(row)
-        return pick(row)
-
-    def rows_along(self, rows: np.ndarray, draft: Sequence[int]) -> np.ndarray:
-        out = np.array(rows[:len(draft) + 1], dtype=np.float32)
-        n = self.legal(draft)
-        for i in range(n + 1):
-            if self.active:
-                out[i] = self.inner.masked(rows[i])
-            if i < n:
-                self.advance([draft[i]])
-        self.rollback(n)
-        return out

@@ -19,6 +19,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .constraint import apply_mask
+from .gated import Gated
+
 
 @dataclass(frozen=True, eq=False)
 class ThinkingGrammar:
@@ -49,31 +52,23 @@ class ThinkingGrammar:
         return Thinking(self, None if self.inner is None else self.inner.start())
 
 
-class Thinking:
+class Thinking(Gated):
     def __init__(self, g: ThinkingGrammar, inner):
-        self.g, self.inner = g, inner
-        self.tokens: list[int] = []     # the thinking's tokens, as far as it goes
-        self.ends: list[int] = []       # their text's length after each
-        self.text = b""
+        super().__init__(inner, g.n_vocab, g.piece)  # tokens and text: the thinking's, as far as it goes
+        self.g = g
         self.ended = False
         self.after = 0                  # tokens the inner constraint has followed
-        self._all = np.full((g.n_vocab + 31) // 32, -1, dtype=np.int32)
         self._seconds = 0.0
 
     # -- the thinking's own state -----------------------------------------------
     def _push(self, token: int) -> None:
-        self.tokens.append(token)
-        self.text += self.g.piece(token)
-        self.ends.append(len(self.text))
+        before = self._append(token)
         # the marker completed by this token (it may hold the marker's last bytes only)
-        start = max(0, (self.ends[-2] if len(self.ends) > 1 else 0) - len(self.g.close) + 1)
-        if self.g.close in self.text[start:]:
+        if self.g.close in self.text[max(0, before - len(self.g.close) + 1):]:
             self.ended = True
 
     def _pop(self) -> None:
-        self.tokens.pop()
-        self.ends.pop()
-        self.text = self.text[:self.ends[-1]] if self.ends else b""
+        self._remove()
         self.ended = False
 
     def _forcing(self) -> list[int] | None:
@@ -131,12 +126,10 @@ class Thinking:
         out[f[0] >> 5] = np.int32(np.uint32(1 << (f[0] & 31)).view(np.int32))
         return out
 
-    @staticmethod
-    def allows(mask: np.ndarray, token: int) -> bool:
-        return bool((int(mask[token >> 5]) >> (token & 31)) & 1)
+    def _inner_here(self):
+        return self.inner if self.ended else None
 
     def _free(self) -> bool:
-        """Every token is allowed here: rows go unmasked."""
         return (not self.ended and self._forcing() is None) or (self.ended and self.inner is None)
 
     def masked(self, row: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
@@ -145,9 +138,7 @@ class Thinking:
         if self.ended and self.inner is not None:
             return self.inner.masked(row, mask)
         t0 = time.perf_counter()
-        mask = self.mask() if mask is None else mask
-        allowed = np.unpackbits(mask.view(np.uint8), bitorder="little")[:row.shape[-1]].view(bool)
-        out = np.where(allowed, row, np.float32(-np.inf)).astype(np.float32, copy=False)
+        out = apply_mask(row, self.mask() if mask is None else mask)
         self._seconds += time.perf_counter() - t0
         return out
 
@@ -170,28 +161,3 @@ class Thinking:
             self.after -= back
         for _ in range(n - back):
             self._pop()
-
-    # -- the rule's rows -----------------------------------------------------------
-    def choose(self, row: np.ndarray, pick: Callable[[np.ndarray], int], *, greedy: bool,
-               keep: list | None = None) -> int:
-        if self.ended and self.inner is not None:
-            return self.inner.choose(row, pick, greedy=greedy, keep=keep)
-        if self._free():
-            if keep is not None:
-                keep.append(row)
-            return pick(row)
-        masked = self.masked(row)
-        if keep is not None:
-            keep.append(masked)
-        return pick(masked)
-
-    def rows_along(self, rows: np.ndarray, draft: Sequence[int]) -> np.ndarray:
-        out = np.array(rows[:len(draft) + 1], dtype=np.float32)
-        n = self.legal(draft)
-        for i in range(n + 1):
-            if not self._free():
-                out[i] = self.masked(rows[i])
-            if i < n:
-                self.advance([draft[i]])
-        self.rollback(n)
-        return out

@@ -176,16 +176,12 @@ def grammar(use: ToolUse, family: str, special: dict[str, int], answer: dict | N
         return "\n".join([start, f'calls: {marker("[TOOL_CALLS]")} call', f"call: {_json(arr, use.strict)}",
                           "TEXT: /[^\\[](.|\\n)*/"])
     if family == "mistral2":
-        named = " | ".join(f'{json.dumps(t.name)} {marker("[ARGS]")} {_json(_args(t), use.strict)}'
-                           for t in use.calls)
         return _wrap(use, f"calls: {many}", [f'block: {marker("[TOOL_CALLS]")} named', "sep: \"\"",
-                                            f"named: {named}"], "FREE? calls")
+                                            _name_then_args(use, marker("[ARGS]"))], "FREE? calls")
     if family == "deepseek":
-        named = " | ".join(f'{json.dumps(t.name)} {marker("<｜tool▁sep｜>")} {_json(_args(t), use.strict)}'
-                           for t in use.calls)
         return _wrap(use, f'calls: {marker("<｜tool▁calls▁begin｜>")} {many} {marker("<｜tool▁calls▁end｜>")}',
                      [f'block: {marker("<｜tool▁call▁begin｜>")} named {marker("<｜tool▁call▁end｜>")}',
-                      "sep: \"\"", f"named: {named}"], "FREE? calls")
+                      "sep: \"\"", _name_then_args(use, marker("<｜tool▁sep｜>"))], "FREE? calls")
     if family in ("granite", "commandr"):  # a list of calls, laid out as the template lays it out
         head, tail = (("<|tool_call|>", None) if family == "granite" else ("<|START_ACTION|>", "<|END_ACTION|>"))
         items = 'call (WS "," WS call)*' if use.parallel else "call"
@@ -228,12 +224,16 @@ def _named(use: ToolUse) -> list[str]:
     """`jcall`: a call as JSON, {"name": ..., "arguments": ...}, its name one
     of the tools and its arguments that tool's; `stray`: the same opening
     and a name that is none of them, then any text to the end."""
-    names = [t.name for t in use.calls]
-    alts = " | ".join(f'{json.dumps(t.name + chr(34) + ", " + chr(34) + "arguments" + chr(34) + ": ")} '
-                      f'{_json(_args(t), use.strict)} "}}"' for t in use.calls)
-    taken = "|".join(re.escape(n) for n in names)
-    return ['jcall: "{\\"name\\": \\"" named', f"named: {alts}", 'stray: "{\\"name\\": \\"" STRAY',
-            f'STRAY: /(.|\\n)*/ & ~/({taken})"(.|\\n)*/']
+    taken = "|".join(re.escape(t.name) for t in use.calls)
+    return ['jcall: "{\\"name\\": \\"" named', _name_then_args(use, json.dumps('", "arguments": '), '"}"'),
+            'stray: "{\\"name\\": \\"" STRAY', f'STRAY: /(.|\\n)*/ & ~/({taken})"(.|\\n)*/']
+
+
+def _name_then_args(use: ToolUse, between: str, after: str = "") -> str:
+    """`named`: a tool's name, `between` (a marker or a literal), its
+    arguments by its schema (then `after`), for each tool of `use`."""
+    return "named: " + " | ".join(f"{json.dumps(t.name)} {between} {_json(_args(t), use.strict)} {after}".rstrip()
+                                  for t in use.calls)
 
 
 def _args(tool: Tool) -> dict:

@@ -17,6 +17,7 @@ from .messages import MEDIA, text_parts
 from .replies import Reply, cached
 from .shapes import anthropic_error
 from .stream import Done, Failed, Text, answer, ending, pieces
+from .thinking import switch
 
 KNOWN = {"model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p", "top_k",
          "tools", "tool_choice", "metadata", "thinking", "service_tier", "output_config",
@@ -257,10 +258,10 @@ def _thinking(value: Any) -> dict:
         return {}
     kind = value.get("type") if isinstance(value, dict) else None
     if kind == "disabled":
-        return {"chat_template_kwargs": {"enable_thinking": False}, "thinking_budget_tokens": 0}
+        return switch(False)
     if kind not in ("enabled", "adaptive"):
         raise bad("thinking", "must be {\"type\": \"enabled\", \"budget_tokens\": N}, adaptive or disabled")
-    out: dict = {"chat_template_kwargs": {"enable_thinking": True}}
+    out = switch(True)
     budget = value.get("budget_tokens")
     if budget is not None:
         if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:

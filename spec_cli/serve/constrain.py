@@ -6,6 +6,7 @@ while it compiles, and its limits bound it."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 
@@ -43,11 +44,7 @@ def tool_spec(vocab, model: str, use, answer: Spec | None = None) -> Spec | None
                      f"writes calls in {family}'s syntax, which has no grammar here" if family
                      else "shows no tool-call syntax")
         family = "generic"
-    from ..core.calls import MARKER_TEXTS
-    from ..llama.grammar import special_id
-
-    special = {m: special_id(vocab, m) for m in MARKER_TEXTS}
-    special = {m: t for m, t in special.items() if t is not None}
+    special = _special_markers(vocab)
     schema = None if answer is None else {"type": "object"} if answer.kind == "json_object" else json.loads(answer.text)
     where = "tools" if answer is None else f"tools and {answer.where}"
     strict = use.strict and (answer is None or answer.strict)
@@ -61,3 +58,13 @@ def tool_spec(vocab, model: str, use, answer: Spec | None = None) -> Spec | None
 
 
 _told: set[str] = set()  # models whose template's syntax the log has named
+
+
+@functools.lru_cache(maxsize=4)
+def _special_markers(vocab) -> dict[str, int]:
+    """The call and thinking markers that are special tokens in `vocab`, by their text."""
+    from ..core.calls import MARKER_TEXTS
+    from ..llama.grammar import special_id
+
+    found = {m: special_id(vocab, m) for m in MARKER_TEXTS}
+    return {m: t for m, t in found.items() if t is not None}

@@ -17,6 +17,7 @@ from .door import Door
 from .replies import Reply
 from .shapes import ollama_error
 from .stream import Done, Failed, Text, answer, ending, pieces
+from .thinking import switch
 
 VERSION = "0.12.0"   # the Ollama API this door follows (clients check a minimum)
 # options that are the OpenAI fields of the same name
@@ -93,10 +94,8 @@ def _think(body: dict) -> dict:
     value = body.get("think")
     if value is None:
         return {}
-    if value is True:
-        return {"chat_template_kwargs": {"enable_thinking": True}}
-    if value is False:
-        return {"chat_template_kwargs": {"enable_thinking": False}, "thinking_budget_tokens": 0}
+    if isinstance(value, bool):
+        return switch(value)
     if value in ("low", "medium", "high"):
         return {"reasoning_effort": value}
     raise bad("think", f"must be true, false, low, medium or high, not {value!r}")
@@ -157,14 +156,13 @@ class Chat(Door):
         return req
 
     def full(self, reply: Reply, session) -> dict:
-        reason = answer(session, reply.req).reason
-        return {**self._line(reply), **self._said(reply, session), **self._end(reply, session, reason)}
+        a = answer(session, reply.req)
+        return {**self._line(reply), **self._said(reply, session, a), **self._end(reply, session, a.reason)}
 
     def _line(self, reply: Reply) -> dict:
         return {"model": reply.model, "created_at": _now()}
 
-    def _said(self, reply: Reply, session) -> dict:
-        a = answer(session, reply.req)
+    def _said(self, reply: Reply, session, a) -> dict:
         msg: dict[str, Any] = {"role": "assistant", "content": a.content or ""}
         if a.reasoning:
             msg["thinking"] = a.reasoning
@@ -246,10 +244,9 @@ class Generate(Chat):
         req.ignored = _ignored(body)
         return req
 
-    def _said(self, reply: Reply, session) -> dict:
+    def _said(self, reply: Reply, session, a) -> dict:
         if reply.req.kind != "chat":
             return {"response": session.text}
-        a = answer(session, reply.req)
         return {"response": a.content or "", **({"thinking": a.reasoning} if a.reasoning else {})}
 
     def _piece(self, text: str, thought: str = "") -> dict:

@@ -138,6 +138,7 @@ class Reply:
         choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(finish, "stop"),
                                   "logprobs": self.logprobs(probs)}
         extra: dict[str, Any] = {}
+        used = usage(self.n_prompt, stats, self.req.prediction is not None)
         if self.req.kind == "chat":
             from .stream import read
 
@@ -151,8 +152,7 @@ class Reply:
                 extra["tool_call_form"] = parsed.form  # the template's syntax, or a form it read besides
             if r.reasoning:  # llama-server's and DeepSeek's name, and vLLM's newer one
                 choice["message"].update(reasoning_content=r.reasoning, reasoning=r.reasoning)
-                extra["usage"] = usage(self.n_prompt, stats, self.req.prediction is not None)
-                extra["usage"]["completion_tokens_details"] = {"reasoning_tokens": self.thinking_tokens(r.reasoning)}
+                used["completion_tokens_details"] = {"reasoning_tokens": self.thinking_tokens(r.reasoning)}
             if r.unfinished:
                 extra["reasoning_unfinished"] = True  # cut inside its thinking: no answer came
             obj = "chat.completion"
@@ -160,8 +160,7 @@ class Reply:
             choice["text"] = self.echo_text + text
             obj = "text_completion"
         return {"id": self.rid, "object": obj, "created": self.created, "model": self.model,
-                "choices": [choice], "usage": usage(self.n_prompt, stats, self.req.prediction is not None),
-                **self.extras(stats), **extra}
+                "choices": [choice], "usage": used, **self.extras(stats), **extra}
 
     def tool_chunk(self, calls) -> dict:
         """The streamed tool calls, each whole in one delta (OpenAI's clients

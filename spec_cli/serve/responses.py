@@ -18,7 +18,7 @@ from .api import ApiError, Request, bad, json_object, number, parse_chat
 from .door import Door, sse
 from .messages import text_parts
 from .replies import Reply, cached
-from .stream import Done, Failed, Text, answer, ending, pieces
+from .stream import Done, Failed, Text, answer, pieces
 
 STORE_N = 256          # responses kept for previous_response_id (the oldest go first)
 STORE_S = 3600.0       # ... each for at most this long

@@ -38,6 +38,15 @@ class Plan:
     start: str
 
 
+def switch(on: bool) -> dict:
+    """Thinking turned on or off as the chat fields say it (Anthropic's
+    `thinking.type`, Ollama's `think`): the template's own switch, and off
+    no thinking tokens either where the template has no switch."""
+    if on:
+        return {"chat_template_kwargs": {"enable_thinking": True}}
+    return {"chat_template_kwargs": {"enable_thinking": False}, "thinking_budget_tokens": 0}
+
+
 def parse(body: dict) -> Ask:
     ask = Ask()
     kwargs = body.get("chat_template_kwargs")
@@ -89,6 +98,18 @@ def template_kwargs(template: str | None, ask: Ask | None) -> tuple[dict, bool]:
     return out, ignored
 
 
+def reading(vocab, tokens: list[int]) -> Plan | None:
+    """How a reply to the chat prompt `tokens` is read: the template's
+    thinking markers and where the reply starts (core.reasoning.opened, on
+    the prompt's last tokens as text); None where the template has no
+    thinking block."""
+    markers = markers_of(vocab.chat_template())
+    if markers is None:
+        return None
+    tail = b"".join(vocab.piece(t, special=True) for t in tokens[-16:]).decode("utf-8", "replace")
+    return Plan(markers, opened(tail, markers))
+
+
 def plan(vocab, ask: Ask | None, tokens: list[int], server_format: str, server_budget: int | None,
          grammar) -> tuple[Plan | None, list[int], object]:
     """(the reading plan, the prompt's tokens, the constraint) of a chat
@@ -96,11 +117,10 @@ def plan(vocab, ask: Ask | None, tokens: list[int], server_format: str, server_b
     open a block itself, the prompt opens it (the model would), so that
     the constraint knows where the answer starts."""
     fmt = (ask.format if ask is not None and ask.format else None) or server_format
-    markers = markers_of(vocab.chat_template())
-    if markers is None:
+    found = reading(vocab, tokens)
+    if found is None:
         return None, tokens, grammar
-    tail = b"".join(vocab.piece(t, special=True) for t in tokens[-16:]).decode("utf-8", "replace")
-    start = opened(tail, markers)
+    markers, start = found.markers, found.start
     budget = ask.budget if ask is not None and ask.budget is not None else server_budget
     if start == "closed" or (grammar is None and budget is None):
         return (None if fmt == "none" else Plan(markers, start)), tokens, grammar
