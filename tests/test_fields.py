@@ -55,7 +55,8 @@ def test_logprobs_are_the_targets_whether_drafted_or_alone(server):
                     prediction={"type": "content", "content": _text(alone)})
     assert drafted["speculation"]["accepted"] > 0, "nothing was drafted: the test shows nothing"
     a, b = drafted["choices"][0]["logprobs"]["content"], alone["choices"][0]["logprobs"]["content"]
-    assert [x["token"] for x in a] == [x["token"] for x in b] and len(a) == drafted["usage"]["completion_tokens"]
+    ended = drafted["choices"][0]["finish_reason"] == "stop"  # on an end token: counted in usage, not text
+    assert [x["token"] for x in a] == [x["token"] for x in b] and len(a) + ended == drafted["usage"]["completion_tokens"]
     assert max(abs(x["logprob"] - y["logprob"]) for x, y in zip(a, b)) == 0.0
     assert all(len(x["top_logprobs"]) == 3 and x["top_logprobs"][0]["logprob"] >= x["logprob"] for x in a)
     assert "".join(bytes(x["bytes"]).decode() for x in a) == _text(drafted)
@@ -154,3 +155,18 @@ def test_the_native_completion_endpoint(server):
         chunks = [json.loads(line[6:]) for line in r.read().decode().splitlines() if line.startswith("data: ")]
     assert "".join(c["content"] for c in chunks) == full["content"] and chunks[-1]["stop"] is True
     assert [p for c in chunks for p in c.get("completion_probabilities", [])] == probs
+
+
+def test_usage_counts_the_end_token_a_reply_ended_on_and_never_more_than_max_tokens(server):
+    """As llama-server counts: the end-of-generation token the target chose
+    is generated (a step's work), not text; where max_tokens comes first,
+    the reply ends there ("length") and no end token is counted."""
+    short = [{"role": "user", "content": "Say just the word yes."}]
+    status, body, _ = server.post("/v1/chat/completions", {"messages": short, "max_tokens": 40, "temperature": 0,
+                                                           "logprobs": True})
+    assert status == 200 and body["choices"][0]["finish_reason"] == "stop", body
+    n_text = len(body["choices"][0]["logprobs"]["content"])
+    assert body["usage"]["completion_tokens"] == n_text + 1 == body["timings"]["predicted_n"]
+    status, cut, _ = server.post("/v1/chat/completions", {"messages": short, "max_tokens": n_text, "temperature": 0})
+    assert cut["choices"][0]["finish_reason"] == "length" and cut["usage"]["completion_tokens"] == n_text, cut
+    assert cut["choices"][0]["message"]["content"] == body["choices"][0]["message"]["content"]

@@ -12,6 +12,10 @@ class Stats:
     steps: int = 0
     drafting_steps: int = 0
     tokens: int = 0
+    # end-of-generation tokens the target chose (one where a reply ended on
+    # one): not text, but generated, each a step's work; the counts a server
+    # reports (`generated`) include it, as llama-server's do
+    eog: int = 0
     drafted: int = 0
     accepted: int = 0
     draft_s: float = 0.0
@@ -33,7 +37,7 @@ class Stats:
 
     def merge(self, other: "Stats") -> None:
         """Add another run's numbers (a chat's turns)."""
-        for name in ("steps", "drafting_steps", "tokens", "drafted", "accepted", "draft_s", "verify_s",
+        for name in ("steps", "drafting_steps", "tokens", "eog", "drafted", "accepted", "draft_s", "verify_s",
                      "prefill_s", "host_s", "host_draft_s", "mask_s", "prefill_tokens", "wall_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for i, (n, a) in enumerate(other.per_position):
@@ -87,6 +91,12 @@ class Stats:
     def mean_accepted(self) -> float:
         """Mean draft tokens accepted per step, over the steps that drafted."""
         return self.accepted / self.drafting_steps if self.drafting_steps else 0.0
+
+    @property
+    def generated(self) -> int:
+        """The tokens the target generated: the output's, and the
+        end-of-generation token that ended it (usage, timings)."""
+        return self.tokens + self.eog
 
     @property
     def tokens_per_step(self) -> float:

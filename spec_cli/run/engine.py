@@ -295,9 +295,9 @@ class _Output:
                 margins = margins[:i + 1]
                 break
         remaining = self.cfg.max_tokens - self.produced
-        if len(new) >= remaining:
+        if len(new) >= remaining:  # max_tokens reached first (an end token after it is not generated)
             new, origin = new[:remaining], origin[:remaining]
-            finish = finish or "length"
+            finish, self.stop_type = "length", None
         segments, hit = [], False
         for j, (t, o) in enumerate(zip(new, origin)):
             piece, hit = self.stops.feed(self.detok.add(t))

@@ -90,6 +90,7 @@ class Session:
         self.finish, self.stop_type, self.stop_word = step.finish_reason, step.stop_type, step.stop_word
         if self.stops is not None:
             step = self._cut(step)
+        stats.eog += self.stop_type == "eos"
         self.segments.extend(step.segments)
         if on_step is not None:
             on_step(step, stats)

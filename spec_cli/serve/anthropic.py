@@ -244,7 +244,7 @@ class Anthropic(Door):
                 yield sse({"type": "message_delta",
                            "delta": {"stop_reason": STOP[reason],
                                      "stop_sequence": s.stop_word if reason == "word" else None},
-                           "usage": {"output_tokens": s.stats.tokens}, **reply.extras(s.stats)}, "message_delta")
+                           "usage": {"output_tokens": s.stats.generated}, **reply.extras(s.stats)}, "message_delta")
                 yield _event("message_stop")
             elif isinstance(p, Failed):
                 yield sse(anthropic_error(p.error), "error")
@@ -299,7 +299,7 @@ def _tool_use(call: dict) -> dict:
 def _usage(reply: Reply, stats) -> dict:
     """Anthropic counts the prompt tokens read from the cache apart."""
     hit = cached(reply.n_prompt, stats)
-    return {"input_tokens": reply.n_prompt - hit, "output_tokens": stats.tokens,
+    return {"input_tokens": reply.n_prompt - hit, "output_tokens": stats.generated,
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": hit}
 
 

@@ -63,6 +63,7 @@ class Metrics:
         with self._lock:
             self.requests[(kind, session.finish or "unknown")] += 1
             self.prompt_tokens += len(session.prompt)
+            self.tokens += session.stats.eog  # as usage counts them
 
     def render(self, *, queue: int, busy: int, slots: int, served: int) -> str:
         """The text /metrics answers."""
@@ -82,7 +83,7 @@ class Metrics:
                    [({}, self.rejected)])
             metric("requests_served_total", "counter", "Requests that left a slot (done, failed or cancelled).",
                    [({}, served)])
-            metric("tokens_generated_total", "counter", "Tokens written to clients.", [({}, self.tokens)])
+            metric("tokens_generated_total", "counter", "Tokens generated (an end-of-generation token counted, as usage counts it).", [({}, self.tokens)])
             metric("prompt_tokens_total", "counter", "Prompt tokens of finished requests.", [({}, self.prompt_tokens)])
             metric("prompt_tokens_evaluated_total", "counter",
                    "Prompt tokens the target read (the rest came from a slot's KV cache).",

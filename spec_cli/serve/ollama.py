@@ -179,7 +179,7 @@ class Chat(Door):
         ns = lambda seconds: int(seconds * 1e9)  # noqa: E731
         return {"done": True, "done_reason": "length" if reason == "length" else "stop",
                 "total_duration": ns(s.wall_s), "load_duration": 0, "prompt_eval_count": reply.n_prompt,
-                "prompt_eval_duration": ns(s.prefill_s), "eval_count": s.tokens,
+                "prompt_eval_duration": ns(s.prefill_s), "eval_count": s.generated,
                 "eval_duration": ns(max(s.wall_s - s.prefill_s, 0.0)), **reply.extras(s)}
 
     async def events(self, reply: Reply, job) -> AsyncIterator[str]:

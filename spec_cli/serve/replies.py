@@ -44,9 +44,9 @@ def timings(stats: Stats, n_cached: int) -> dict:
         "prompt_n": stats.prefill_tokens, "prompt_ms": round(prompt_ms, 3),
         "prompt_per_token_ms": round(prompt_ms / stats.prefill_tokens, 3) if stats.prefill_tokens else 0.0,
         "prompt_per_second": round(stats.prefill_tokens / stats.prefill_s, 3) if stats.prefill_s > 0 else 0.0,
-        "predicted_n": stats.tokens, "predicted_ms": round(predicted_ms, 3),
-        "predicted_per_token_ms": round(predicted_ms / stats.tokens, 3) if stats.tokens else 0.0,
-        "predicted_per_second": round(stats.tokens * 1000 / predicted_ms, 3) if predicted_ms > 0 else 0.0,
+        "predicted_n": stats.generated, "predicted_ms": round(predicted_ms, 3),
+        "predicted_per_token_ms": round(predicted_ms / stats.generated, 3) if stats.generated else 0.0,
+        "predicted_per_second": round(stats.generated * 1000 / predicted_ms, 3) if predicted_ms > 0 else 0.0,
         "draft_n": stats.drafted, "draft_n_accepted": stats.accepted,
     }
 
@@ -54,7 +54,7 @@ def timings(stats: Stats, n_cached: int) -> dict:
 def usage(n_prompt: int, stats: Stats, predicted: bool = False) -> dict:
     """OpenAI's usage; with a prediction (Predicted Outputs), its drafted
     tokens the target accepted and rejected."""
-    out = {"prompt_tokens": n_prompt, "completion_tokens": stats.tokens, "total_tokens": n_prompt + stats.tokens,
+    out = {"prompt_tokens": n_prompt, "completion_tokens": stats.generated, "total_tokens": n_prompt + stats.generated,
            "prompt_tokens_details": {"cached_tokens": cached(n_prompt, stats)}}
     if predicted:
         _, drafted, accepted = stats.by_source.get("prediction", (0, 0, 0))
@@ -217,7 +217,7 @@ class Reply:
         if final and stats is not None:
             stop_type = stop_type or ("none" if finish in ("cancelled", "interrupted") else "limit")
             out.update({
-                "tokens_predicted": stats.tokens, "tokens_evaluated": self.n_prompt,
+                "tokens_predicted": stats.generated, "tokens_evaluated": self.n_prompt,
                 "tokens_cached": self.n_prompt + stats.tokens,
                 "truncated": self.truncated, "stop_type": stop_type, "has_new_line": "\n" in text,
                 "finish_reason": FINISH.get(finish, "stop"), **self.extras(stats)})

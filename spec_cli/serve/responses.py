@@ -227,9 +227,9 @@ class Responses(Door):
             out["status"], out["incomplete_details"] = "incomplete", {"reason": "max_output_tokens"}
         hit = cached(reply.n_prompt, session.stats)
         out["usage"] = {"input_tokens": reply.n_prompt, "input_tokens_details": {"cached_tokens": hit},
-                        "output_tokens": session.stats.tokens,
+                        "output_tokens": session.stats.generated,
                         "output_tokens_details": {"reasoning_tokens": reply.thinking_tokens(a.reasoning)},
-                        "total_tokens": reply.n_prompt + session.stats.tokens}
+                        "total_tokens": reply.n_prompt + session.stats.generated}
         out.update(reply.extras(session.stats))
         return out
 
