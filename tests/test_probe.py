@@ -264,3 +264,34 @@ def test_a_draft_this_machine_cannot_pay_for_still_drafts_on_a_simulated_clock(t
         assert isinstance(on_gpu, Hybrid) and isinstance(on_gpu.draft_model, DraftModel)
     finally:
         pair.close()
+
+
+def test_a_registry_draft_that_cannot_pay_here_is_not_even_downloaded(smollm_path, spec_env, tmp_path):
+    """Where the target's remembered costs say no draft model of that size
+    could pay, the registry's draft is not fetched: the note says so, its
+    size, what would make one pay, and how to fetch it anyway."""
+    import subprocess
+    import sys
+
+    from spec_cli.llama.facts import LoadConfig, fingerprint
+
+    state, cache = tmp_path / "state", tmp_path / "cache"
+    (state / "spec-cli").mkdir(parents=True)
+    linear = {"1": 0.01, "2": 0.02, "4": 0.04, "8": 0.08, "17": 0.17}  # a batch costs what its tokens do
+    threads = os.cpu_count() or 1
+    key = fingerprint(smollm_path, LoadConfig(n_threads=threads))
+    (state / "spec-cli" / "costs.json").write_text(json.dumps({key: {"curve": linear, "verify_cap": None}}))
+    registry = tmp_path / "models.toml"
+    registry.write_text('[models."far-draft"]\nrepo = "nobody/far-draft-GGUF"\nfile = "far-draft.gguf"\n'
+                        'family = "smollm2"\nparams = "40M"\n'
+                        '[models."far-draft".mirror]\npackage = "far-draft-gguf"\nversion = "1.0"\n'
+                        f'member = "far-draft.gguf"\nsha256 = "{"0" * 64}"\nsize = 50000000\n')
+    env = dict(spec_env, XDG_STATE_HOME=str(state), SPEC_CLI_CACHE=str(cache), SPEC_CLI_MODELS=str(registry),
+               HF_HUB_OFFLINE="1")
+    args = [sys.executable, "-m", "spec_cli", "generate", "--raw", "-n", "8", "--target", str(smollm_path),
+            "--draft", "far-draft", "--threads", str(threads), "The capital of France is"]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip(), out.stderr
+    assert "far-draft is not downloaded (50 MB)" in out.stderr, out.stderr
+    assert "whatever its size" in out.stderr and "spec-cli models pull far-draft" in out.stderr, out.stderr
+    assert not (cache / "models" / "far-draft").exists()

@@ -204,16 +204,18 @@ def recall(path: Path, cfg) -> dict[int, float] | None:
         return None
 
 
-def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: int = 16,
-                     together: int = 1) -> str | None:
+def draft_cannot_pay(target: Path, target_cfg, draft: Path | None, draft_cfg, k_max: int = 16,
+                     together: int = 1, draft_bytes: int | None = None) -> str | None:
     """Why a draft model could never pay here, from what earlier runs
     remembered, before either model loads; None where it could, or where
     nothing is known yet.  The draft's cost per token is what its drafts
     measured, else the target's cost scaled by the files' sizes (a small
     model pays more than its size on a busy or compute-bound CPU: its
     measured cost is the one to believe; `--proposer draft` measures it
-    again).  `together`: the requests a batch keeps running at once, each
-    drafting with the others (core.batching.pays_together)."""
+    again).  `draft`: its file, or None for one not downloaded yet, whose
+    size `draft_bytes` says.  `together`: the requests a batch keeps
+    running at once, each drafting with the others
+    (core.batching.pays_together)."""
     from ..core.batching import pays_together
     from ..core.cost import CostModel, can_pay
 
@@ -221,10 +223,13 @@ def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: in
     if not curve or 1 not in curve:
         return None
     try:
-        ratio = Path(draft).stat().st_size / max(Path(target).stat().st_size, 1)
+        size = Path(draft).stat().st_size if draft is not None else draft_bytes
+        ratio = size / max(Path(target).stat().st_size, 1) if size else None
     except OSError:
         return None  # the load will say what is wrong with the file
-    remembered = recall(draft, draft_cfg)
+    if ratio is None:
+        return None
+    remembered = recall(draft, draft_cfg) if draft is not None else None
     d = remembered[1] if remembered and 1 in remembered else ratio * curve[1]
     if remembered and d > remembered.get(2, float("inf")):
         # a cost per token above its own batch of two is a stall remembered, not a steady
@@ -243,6 +248,29 @@ def draft_cannot_pay(target: Path, target_cfg, draft: Path, draft_cfg, k_max: in
         return (f"with {n} requests at once a target batch of {2 * n} rows costs {wide.c(2 * n) / wide.c(n):.2f} "
                 f"of one of {n} here, so even a draft that is always right would gain less than {LOAD_MARGIN}x")
     return None
+
+
+def draft_would_pay(target: Path, target_cfg, k_max: int = 16) -> str:
+    """What it would take for a draft model to pay here, by the target's
+    remembered curve: the most a draft token may cost against a target
+    token (a draft that is always right gaining LOAD_MARGIN), as a target
+    so many times the draft's size; or, where not even a free draft would,
+    a GPU."""
+    from ..core.cost import CostModel, can_pay
+
+    curve = recall(target, target_cfg)
+    if not curve or 1 not in curve:
+        return ""
+    cost = CostModel.from_timings(curve, k_max + 1)
+    lo, hi = 0.0, 1.0
+    if not can_pay(cost, 0.0, k_max, margin=LOAD_MARGIN):
+        return ("no draft model pays on this CPU, whatever its size (a target batch costs nearly its rows); "
+                "one would on a GPU (--gpu-layers)")
+    for _ in range(20):  # the dearest draft token that still pays
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if can_pay(cost, mid * curve[1], k_max, margin=LOAD_MARGIN) else (lo, mid)
+    return (f"a draft model would pay here with a target about {1 / max(lo, 1e-3):.0f}x its size (a draft "
+            f"token under {lo:.2f} of a target token), or on a GPU (--gpu-layers)")
 
 
 def remember(model: Model) -> None:

@@ -129,23 +129,50 @@ class Plan:
     notes: list[str]
     draft_pays: bool = True
     defer: bool = False
+    # a registry draft not downloaded yet, fetched only once the target's
+    # costs say it could pay here (`fetch_if_paying`): its estimated size
+    fetch_bytes: int | None = None
 
     def leave_out_if_unpaying(self, cfg: PairConfig) -> None:
         """Where remembered costs say the draft model can never pay here,
         hybrid is the lookup alone (and with draft_if_it_pays the draft is
-        not loaded).  Left out only once it is known to fit (else it loads,
-        and the pair check says why not)."""
+        not loaded, nor downloaded).  Left out only once it is known to fit
+        (else it loads, and the pair check says why not); one not
+        downloaded is the registry's, of the target's family."""
         from ..llama import probe
         from ..llama.gguf import token_digest
 
         unpaying = probe.draft_cannot_pay(self.target_path, self.target_cfg, self.draft_path, self.draft_cfg,
-                                          together=min(cfg.together, self.target_cfg.n_seq))
-        if unpaying and token_digest(self.target_path) == token_digest(self.draft_path) is not None:
+                                          together=min(cfg.together, self.target_cfg.n_seq),
+                                          draft_bytes=self.fetch_bytes)
+        fits = self.draft_path is None or token_digest(self.target_path) == token_digest(self.draft_path) is not None
+        if unpaying and fits:
             self.draft_pays = False
             if cfg.draft_if_it_pays:
-                self.notes.append(f"note: {self.draft_arg} is not loaded: {unpaying}; the lookup drafts alone "
-                                  "(--proposer draft runs it anyway)")
-                self.draft_path = None
+                if self.draft_path is None:
+                    size = f" ({self.fetch_bytes / 1e6:,.0f} MB)" if self.fetch_bytes else ""
+                    would = probe.draft_would_pay(self.target_path, self.target_cfg)
+                    self.notes.append(
+                        f"note: {self.draft_arg} is not downloaded{size}: {unpaying}. The lookup drafts alone"
+                        + (f"; {would}" if would else "") + f". `spec-cli models pull {self.draft_arg}` fetches "
+                        "it; --proposer draft fetches and runs it")
+                else:
+                    self.notes.append(f"note: {self.draft_arg} is not loaded: {unpaying}; the lookup drafts alone "
+                                      "(--proposer draft runs it anyway)")
+                self.draft_path, self.fetch_bytes = None, None
+
+    def fetch_if_paying(self, cfg: PairConfig, registry, progress=None) -> None:
+        """The draft deferred by `fetch_bytes`: left out where the target's
+        costs say it cannot pay, else downloaded now."""
+        from ..models.download import resolve
+
+        if self.fetch_bytes is None:
+            return
+        self.leave_out_if_unpaying(cfg)
+        if self.fetch_bytes is not None:
+            self.fetch_bytes = None
+            self.draft_path = resolve(self.draft_arg, registry=registry,
+                                      progress=progress(self.draft_arg) if progress else None)
 
 
 def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
@@ -181,9 +208,11 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
         if cfg.proposer != "hybrid":
             raise no_draft
         draft_arg = None  # the default serves what it was given: the lookup drafts alone (said below)
-    draft_path = None
+    draft_path = fetch_bytes = None
     if draft_arg is not None and wants_draft:
-        draft_path = resolve(draft_arg, registry=registry, progress=progress(draft_arg) if progress else None)
+        fetch_bytes = _deferred_bytes(cfg, draft_arg, target_path, registry)
+        if fetch_bytes is None:
+            draft_path = resolve(draft_arg, registry=registry, progress=progress(draft_arg) if progress else None)
     verdict = cpucheck.verdict(min((p for p in (target_path, draft_path) if p is not None), key=_size))
     seqs = _seqs(cfg, [p for p in (target_path, draft_path) if p is not None])
     common = dict(n_ctx=cfg.ctx, n_threads=cfg.threads, deterministic=cfg.deterministic,
@@ -193,7 +222,7 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
     plan = Plan(target_path, LoadConfig(gpu_layers=cfg.gpu_layers, mtp=use_mtp, rpc=cfg.rpc,
                                         tensor_split=cfg.tensor_split, **common), draft_arg, draft_path,
                 LoadConfig(gpu_layers=cfg.draft_gpu_layers, **common), use_mtp,
-                [n for n in (verdict.note, cores.note(cfg.threads)) if n])
+                [n for n in (verdict.note, cores.note(cfg.threads)) if n], fetch_bytes=fetch_bytes)
     if seqs < cfg.seqs:
         plan.notes.append(f"note: the memory free now holds the KV caches of {seqs} sequences of {cfg.ctx} "
                           f"tokens, not {cfg.seqs}: fewer requests run at once (a smaller --ctx lets more)")
@@ -203,14 +232,46 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
     if use_mtp and draft_arg is None:
         plan.notes.append(f"note: {target_path.name} drafts with its own multi-token-prediction layers "
                           f"({n_mtp} block{'s' if n_mtp > 1 else ''}; no draft model)")
-    if draft_path is not None and cfg.proposer == "hybrid":
+    if (draft_path is not None or fetch_bytes is not None) and cfg.proposer == "hybrid":
         # nothing known of this target here yet (a first run): the draft waits for
         # the target's first costs, which may show it could never pay, so that a
-        # first run on a CPU does not pay for loading it beside the target
+        # first run on a CPU does not pay for downloading and loading it beside the target
         plan.defer = cfg.draft_if_it_pays and probe.recall(target_path, plan.target_cfg) is None
         if not plan.defer:
-            plan.leave_out_if_unpaying(cfg)
+            plan.fetch_if_paying(cfg, registry, progress) if fetch_bytes is not None else \
+                plan.leave_out_if_unpaying(cfg)
     return plan
+
+
+def _deferred_bytes(cfg: PairConfig, draft_arg: str, target_path: Path, registry) -> int | None:
+    """The estimated size of a draft whose download waits for the target's
+    costs (Plan.fetch_if_paying), or None where it is fetched now: one the
+    default proposer may leave out, named from the registry and not on disk
+    yet.  Its size: the registry's mirror's, else the target's file scaled
+    by the two entries' parameter counts."""
+    from ..models.download import is_path, local_path, split_quant
+
+    if cfg.proposer != "hybrid" or not cfg.draft_if_it_pays or is_path(draft_arg):
+        return None
+    try:
+        name, quant = split_quant(draft_arg)
+        entry = registry.lookup(name)
+        if local_path(entry, quant) is not None:
+            return None
+        if entry.mirror is not None and quant is None:
+            return entry.mirror.size
+        target = None if is_path(cfg.target) else _entry(cfg.target, registry)
+        ratio = _params(entry.params) / _params(target.params) if target is not None else None
+        return int(target_path.stat().st_size * ratio) if ratio else None
+    except (SpecError, OSError, ValueError, ZeroDivisionError):
+        return None
+
+
+def _params(text: str) -> float:
+    """"1.5B" -> 1.5e9, "135M" -> 1.35e8 (a registry entry's `params`)."""
+    text = text.strip().upper()
+    scale = {"B": 1e9, "M": 1e6, "K": 1e3}.get(text[-1:], None)
+    return float(text[:-1]) * scale if scale else float(text)
 
 
 def _seqs(cfg: PairConfig, paths: list[Path]) -> int:
@@ -245,7 +306,11 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
         refuse_unfitting()
         probe.load(target)  # the cost model's prior: what earlier runs learned (timed briefly the first time)
         if plan.defer:
-            plan.leave_out_if_unpaying(cfg)
+            if plan.fetch_bytes is not None:
+                from ..models.registry import load_registry
+                plan.fetch_if_paying(cfg, load_registry(), progress)
+            else:
+                plan.leave_out_if_unpaying(cfg)
             if plan.draft_path is not None:
                 draft, same_tokens = _load_draft(plan, timer)
                 why = target.vocab.difference(draft.vocab, texts=not same_tokens)
