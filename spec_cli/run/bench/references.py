@@ -5,11 +5,14 @@ lookup's own drafts cut to it (the lookup with perfect timing)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ...core.tokens import common_prefix
 from ..proposers.base import Candidate, DraftsAlone, Proposal, flat_prior
 from ..suffix import Lookup
+
+if TYPE_CHECKING:
+    from ...core.config import Decoding
 
 NAMES = ("oracle", "ngram-oracle")
 
