@@ -149,6 +149,15 @@ def test_no_one_else_drafts_while_an_editor_reads_its_prompt():
     assert schedule.limits([a, b], [(Req(3, reading=True), [1])]) == [6, 3]
 
 
+def test_every_request_drafting_its_longest_fits_one_batch():
+    """Eight requests that could each draft 64 and a prompt chunk of 128
+    would be 656 rows: each gets an equal share of the 512 a batch holds."""
+    many = [Req(i, k=64) for i in range(8)]
+    assert schedule.limits(many, [(Req(8, reading=True), list(range(128)))], n_batch=512) == [47] * 8
+    assert schedule.limits(many[:4], [], n_batch=512) == [64] * 4  # they fit: as asked
+    assert schedule.limits([Req(0, k=64), Req(1, k=3)], [], n_batch=40) == [19, 3]
+
+
 def test_compaction_moves_the_highest_sequence_into_the_lowest_gap():
     assert schedule.next_move([0, 3, 1], {2, 4, 5}) == (3, 2)
     assert schedule.next_move([0, 1, 2], {3, 4}) is None

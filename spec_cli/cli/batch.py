@@ -17,9 +17,9 @@ import typer
 from ..errors import SpecError
 from ..run.config import PairConfig
 from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, DEFAULT_TARGET, Ctx, Deterministic, Draft,
-                     DraftGpuLayers, DraftMax, Fixed, GpuLayers, MaxTokens, MinP, PMin, ProposerName, Quiet, Rpc,
-                     Rule, Seed, Target, TensorSplit, Temp, Threads, TopK, TopP, load, model_name, placement, sampling,
-                     Raw, Stops, System)
+                     DraftGpuLayers, DraftMax, DRAFT_MAX, Fixed, GpuLayers, MaxTokens, MinP, PMin, ProposerName,
+                     Quiet, Rpc, Rule, Seed, Target, TensorSplit, Temp, Threads, TopK, TopP, load, model_name,
+                     placement, sampling, Raw, Stops, System)
 from .common import FrequencyPenalty, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
 
 
@@ -47,7 +47,8 @@ def batch(
     repeat_penalty: RepeatPenalty = 1.0, presence_penalty: PresencePenalty = 0.0,
     frequency_penalty: FrequencyPenalty = 0.0, repeat_last_n: RepeatLastN = 64,
     system: System = None, raw: Raw = False, stop: Stops = [],
-    draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0, ctx: Ctx = 4096, threads: Threads = 0,
+    draft_max: DraftMax = DRAFT_MAX, fixed_draft: Fixed = False, p_min: PMin = 0.0, ctx: Ctx = 4096,
+    threads: Threads = 0,
     rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False, as_json: SummaryJson = False,
 ) -> None:

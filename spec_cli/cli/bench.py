@@ -11,7 +11,7 @@ import typer
 from ..errors import SpecError
 from ..run.config import PairConfig
 from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, DEFAULT_TARGET, Ctx, Deterministic,
-                     Draft, DraftGpuLayers, DraftMax, GpuLayers, MinP, Target, Temp, Threads, TopK, TopP,
+                     Draft, DraftGpuLayers, DraftMax, DRAFT_MAX, GpuLayers, MinP, Target, Temp, Threads, TopK, TopP,
                      placement, Rpc, TensorSplit)
 
 
@@ -58,7 +58,7 @@ def bench(
     prompts: Prompts = [], target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: Proposers = ["hybrid"],
     sweep_draft_max: Sweep = None, max_tokens: MaxTokens = 128, n_prompts: NPrompts = 0,
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P,
-    seed: Seed = 0, draft_max: DraftMax = 16, ctx: Ctx = 4096, threads: Threads = 0,
+    seed: Seed = 0, draft_max: DraftMax = DRAFT_MAX, ctx: Ctx = 4096, threads: Threads = 0,
     rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0,
     draft_gpu_layers: DraftGpuLayers = 0, deterministic: Deterministic = False, rule: Rules = ["gumbel"],
     clock: Clock = None, peer: PeerFile = None, concurrency: Concurrency = None, batch_file: BatchFile = None,

@@ -13,12 +13,11 @@ import typer
 
 from ..run.config import PairConfig
 from .common import FrequencyPenalty, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
-from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
-                     GpuLayers, MinP, PMin, ProposerName, Quiet, Rule, Seed,
-                     Target, Temp, Threads, TopK, TopP, run_session, stdout_write,
-                     HideThinking, ThinkingView, print_reply, thinking_plan,
-                     placement, Rpc, TensorSplit, Grammar, JsonObject, JsonSchema, compile_constraint,
-                     constraint_spec)
+from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx,
+                     Deterministic, Display, Draft, DraftGpuLayers, DraftMax, DRAFT_MAX, Fixed, GpuLayers, MinP, PMin,
+                     ProposerName, Quiet, Rule, Seed, Target, Temp, Threads, TopK, TopP, run_session, stdout_write,
+                     HideThinking, ThinkingView, print_reply, thinking_plan, placement, Rpc, TensorSplit, Grammar,
+                     JsonObject, JsonSchema, compile_constraint, constraint_spec)
 
 CHAT_HELP = "/reset  /stats  /save FILE  /exit  -- Ctrl-C stops a reply, Ctrl-D exits"
 
@@ -33,7 +32,7 @@ def chat(
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P, seed: Seed = None,
     repeat_penalty: RepeatPenalty = 1.0, presence_penalty: PresencePenalty = 0.0,
     frequency_penalty: FrequencyPenalty = 0.0, repeat_last_n: RepeatLastN = 64,
-    max_tokens: ReplyTokens = 1024, draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
+    max_tokens: ReplyTokens = 1024, draft_max: DraftMax = DRAFT_MAX, fixed_draft: Fixed = False, p_min: PMin = 0.0,
     ctx: Ctx = 4096, threads: Threads = 0, rpc: Rpc = None, tensor_split: TensorSplit = None,
     gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0, deterministic: Deterministic = False,
     rule: Rule = "gumbel",

@@ -47,8 +47,13 @@ RepeatLastN = Annotated[int, typer.Option("--repeat-last-n", min=-1, help="The t
                                                                           "over (-1 = the whole context).")]
 Seed = Annotated[Optional[int], typer.Option("--seed", help="Random seed: it fixes the text, whatever was "
                                                             "drafted (default: a fresh one, reported with --json).")]
+# the most a step drafts: long drafts pay only where they are likely right (a copy
+# of the prompt or of earlier outputs) and a batch's rows cost little each, as on a
+# GPU or past 16 rows on a CPU; the cost model drafts fewer everywhere else
+DRAFT_MAX = 64
 DraftMax = Annotated[int, typer.Option("--draft-max", min=0, help="Most tokens drafted per step (the cost "
-                                                                   "model drafts fewer where that pays).")]
+                                                                   "model drafts fewer where that pays; "
+                                                                   "--fixed-draft drafts this many).")]
 PMin = Annotated[float, typer.Option("--p-min", min=0.0, max=1.0,
                                      help="Stop drafting when the draft's top probability falls below this.")]
 Ctx = Annotated[int, typer.Option("--ctx", min=64, help="Context size in tokens, for both models.")]

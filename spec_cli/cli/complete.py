@@ -18,10 +18,10 @@ import typer
 from ..errors import SpecError
 from ..run.config import PairConfig
 from .common import FrequencyPenalty, MaxTokens, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
-from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
-                     GpuLayers, MinP, ProposerName, Quiet, Rule, Seed, Target, Temp,
-                     Threads, TopK, TopP, read_file, run_session, stdout_write,
-                     placement, Rpc, TensorSplit)
+from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx,
+                     Deterministic, Display, Draft, DraftGpuLayers, DraftMax, DRAFT_MAX, Fixed, GpuLayers, MinP,
+                     ProposerName, Quiet, Rule, Seed, Target, Temp, Threads, TopK, TopP, read_file, run_session,
+                     stdout_write, placement, Rpc, TensorSplit)
 
 
 SuffixFile = Annotated[Optional[Path], typer.Option("--suffix-file", help="The text after the cursor, from a file.")]
@@ -45,7 +45,8 @@ def complete(
     seed: Seed = None, repeat_penalty: RepeatPenalty = 1.0, presence_penalty: PresencePenalty = 0.0,
     frequency_penalty: FrequencyPenalty = 0.0, repeat_last_n: RepeatLastN = 64,
     max_tokens: MaxTokens = 128, max_lines: MaxLines = 0, n_indent: NIndent = None, t_max_predict_ms: TMaxPredict = 0,
-    server: Server = None, draft_max: DraftMax = 16, fixed_draft: Fixed = False, ctx: Ctx = 4096, threads: Threads = 0,
+    server: Server = None, draft_max: DraftMax = DRAFT_MAX, fixed_draft: Fixed = False, ctx: Ctx = 4096,
+    threads: Threads = 0,
     rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False, as_json: AsJson = False,
 ) -> None:

@@ -13,13 +13,12 @@ import typer
 from ..errors import SpecError
 from ..run.config import PairConfig
 from .common import FrequencyPenalty, PresencePenalty, RepeatLastN, RepeatPenalty, penalties
-from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx, Deterministic, Display, Draft, DraftGpuLayers, DraftMax, Fixed,
-                     GpuLayers, Json, MaxTokens, MinP, PMin, ProposerName, Quiet, Rule,
-                     Seed, Target, Temp, Threads, TopK, TopP, read_file, read_stdin, run_session,
-                     stdout_write,
-                     placement, Rpc, TensorSplit, Grammar, JsonObject, JsonSchema, compile_constraint,
-                     constraint_spec, Raw, Stops, System,
-                     HideThinking, ThinkingView, print_reply, thinking_plan)
+from .common import (DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, load, sampling, seed_or_new, DEFAULT_TARGET, Ctx,
+                     Deterministic, Display, Draft, DraftGpuLayers, DraftMax, DRAFT_MAX, Fixed, GpuLayers, Json,
+                     MaxTokens, MinP, PMin, ProposerName, Quiet, Rule, Seed, Target, Temp, Threads, TopK, TopP,
+                     read_file, read_stdin, run_session, stdout_write, placement, Rpc, TensorSplit, Grammar,
+                     JsonObject, JsonSchema, compile_constraint, constraint_spec, Raw, Stops, System, HideThinking,
+                     ThinkingView, print_reply, thinking_plan)
 
 
 def generate(
@@ -32,7 +31,7 @@ def generate(
     temp: Temp = 0.0, top_k: TopK = DEFAULT_TOP_K, top_p: TopP = DEFAULT_TOP_P, min_p: MinP = DEFAULT_MIN_P, seed: Seed = None,
     repeat_penalty: RepeatPenalty = 1.0, presence_penalty: PresencePenalty = 0.0,
     frequency_penalty: FrequencyPenalty = 0.0, repeat_last_n: RepeatLastN = 64,
-    max_tokens: MaxTokens = 256, draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0,
+    max_tokens: MaxTokens = 256, draft_max: DraftMax = DRAFT_MAX, fixed_draft: Fixed = False, p_min: PMin = 0.0,
     ctx: Ctx = 4096, threads: Threads = 0,
     rpc: Rpc = None, tensor_split: TensorSplit = None,
     gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,

@@ -12,9 +12,9 @@ import typer
 
 from ..errors import SpecError
 from ..run.config import PairConfig
-from .common import (load, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLayers, DraftMax, Fixed, GpuLayers,
-                     PMin, ProposerName, Quiet, Rule, Target, Threads,
-                     check_port, model_name, placement, Rpc, TensorSplit)
+from .common import (load, DEFAULT_TARGET, Ctx, Deterministic, Draft, DraftGpuLayers, DraftMax, DRAFT_MAX, Fixed,
+                     GpuLayers, PMin, ProposerName, Quiet, Rule, Target, Threads, check_port, model_name, placement,
+                     Rpc, TensorSplit)
 
 
 Host = Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default; any other "
@@ -66,7 +66,8 @@ def serve(
     target: Target = DEFAULT_TARGET, draft: Draft = None, proposer: ProposerName = "hybrid",
     host: Host = "127.0.0.1", port: Port = 8012, api_key: ApiKey = None, queue: Queue = 16, cors: Cors = None,
     allow_host: AllowHost = None, read_timeout: ReadTimeout = 10.0, parallel: Parallel = 4,
-    draft_max: DraftMax = 16, fixed_draft: Fixed = False, p_min: PMin = 0.0, ctx: Ctx = 4096, threads: Threads = 0,
+    draft_max: DraftMax = DRAFT_MAX, fixed_draft: Fixed = False, p_min: PMin = 0.0, ctx: Ctx = 4096,
+    threads: Threads = 0,
     rpc: Rpc = None, tensor_split: TensorSplit = None, gpu_layers: GpuLayers = 0, draft_gpu_layers: DraftGpuLayers = 0,
     deterministic: Deterministic = False, rule: Rule = "gumbel", quiet: Quiet = False,
     parse_special: RawSpecial = True, reasoning_format: ReasoningFormat = "auto", reasoning_budget: ReasoningBudget = -1,

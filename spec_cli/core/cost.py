@@ -40,9 +40,13 @@ class CostModel:
             if below and above:
                 (n0, s0), (n1, s1) = below[-1], above[0]
                 out.append(s0 if n1 == n0 else s0 + (s1 - s0) * (n - n0) / (n1 - n0))
-            elif below:  # past the last point: grow linearly at the last slope
+            elif below:  # past the last point: grow linearly at the slope of the last doubling
                 (n0, s0) = below[-1]
-                slope = (s0 - known[0][1]) / max(n0 - known[0][0], 1) if len(known) > 1 else s0
+                # (a row's share falls as batches grow: the slope from the first
+                # point would price a batch of 64 as 64 batches of one's share)
+                half = [p for p in known if p[0] <= n0 / 2] or known[:1]
+                (nh, sh) = half[-1]
+                slope = (s0 - sh) / max(n0 - nh, 1) if len(known) > 1 else s0
                 out.append(s0 + slope * (n - n0))
             else:
                 out.append(above[0][1] * n / above[0][0])

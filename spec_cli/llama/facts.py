@@ -56,7 +56,7 @@ def fingerprint(path: Path, cfg: LoadConfig, numbers: str | None = None) -> str:
     st = path.stat()
     return (f"{path.resolve()}|{st.st_size}|{int(st.st_mtime)}|"
             f"{version()}|gpu={cfg.gpu_layers}|threads={cores.threads(cfg.n_threads)}|"
-            f"{'deterministic' if cfg.deterministic else 'fast'}|{numbers}|costs=1"
+            f"{'deterministic' if cfg.deterministic else 'fast'}|{numbers}|costs=2"
             # an RPC target's batches cross the network: its costs are its placement's
             + (f"|rpc={','.join(cfg.rpc)}|split={','.join(map(str, cfg.tensor_split))}" if cfg.rpc else ""))
 

@@ -41,7 +41,10 @@ import numpy as np
 from ..core.cost import bounded
 from .model import Model
 
-SIZES = (1, 2, 4, 8, 17)             # up to a draft of 16 plus the last token
+# up to a draft of 64 plus the last token: past 16 rows a CPU's kernels change, and a row
+# costs half what it does alone (a long copy's draft is where that pays); the sizes a
+# first load has no time for are extrapolated from the last ones timed
+SIZES = (1, 2, 4, 8, 17, 33, 65)
 BUDGET_S = 1.5                       # the most a first load spends timing a model (once a file, build, numerics)
 CAP_PREFIXES = (2, 250, 600)         # cached lengths the exact cap is checked after: short, across
                                      # the KV cache's 256-cell padding, past 512

@@ -213,7 +213,7 @@ class Batch:
         t0 = time.perf_counter()
         followed_s = 0.0 if rounds.alone(running, reading) else self._follow(reading, running)
         crowded = len(running) > 1
-        v, drafted = rounds.run(self.target, running, schedule.limits(running, reading),
+        v, drafted = rounds.run(self.target, running, schedule.limits(running, reading, self.target.n_batch),
                                 usable=lambda s, cand: _usable(s, cand, crowded),
                                 reading=[(s.seq, tokens) for s, tokens in reading], use=self.pair.use,
                                 clock=self.clock, price=self._price)

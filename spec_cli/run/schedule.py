@@ -136,15 +136,22 @@ def editors_allow(streams: Sequence, *, chunk: int, price: Price | None) -> floa
     return lo if lo >= min(EDITOR_CHUNK, chunk) else 0
 
 
-def limits(running: Sequence, reading: Sequence[tuple[object, list]]) -> list[int]:
+def limits(running: Sequence, reading: Sequence[tuple[object, list]], n_batch: int | None = None) -> list[int]:
     """Each running request's longest draft this round: its own limit, but
     nothing while another has fallen behind (FAIR_SHARE: the others wait)
     or while an editor reads its prompt (its longest round: the others'
-    drafts' rows would lengthen it)."""
+    drafts' rows would lengthen it); and where every one drafting its
+    longest would not fit one batch of `n_batch` rows beside the prompt
+    chunks, each at most an equal share of what is left."""
     behind = [s for s in running if s.owed - s.got > max(FAIR_TOKENS, FAIR_SHARE * s.owed)]
     editor_reads = any(s.editor for s, _ in reading)
-    return [0 if (behind and s not in behind) or (editor_reads and not s.editor) else s.limit()
-            for s in running]
+    out = [0 if (behind and s not in behind) or (editor_reads and not s.editor) else s.limit()
+           for s in running]
+    if n_batch is not None and running:
+        room = n_batch - sum(len(tokens) for _, tokens in reading) - len(running)  # each one's own row
+        if sum(out) > room:
+            out = [min(k, max(0, room // len(running))) for k in out]
+    return out
 
 
 def pace(ran: Sequence[tuple[object, int, float]], reading: Sequence, charged_s: float,

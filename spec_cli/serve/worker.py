@@ -54,7 +54,7 @@ log = logging.getLogger("spec_cli.serve")
 class ServeConfig:
     model: str                 # the name responses carry
     queue: int = 16            # requests waiting behind the running ones
-    draft_max: int = 16
+    draft_max: int = 64          # cli.common.DRAFT_MAX
     adaptive: bool = True
     rule: str = "gumbel"       # the acceptance rule (engine.GenConfig.rule)
     store_tokens: int = 1 << 16   # earlier outputs kept for the lookup (suffix.Store)

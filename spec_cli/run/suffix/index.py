@@ -12,8 +12,10 @@ SEPARATOR = -1     # between entries of a store: no context spans two
 
 
 def bucket(n: int) -> int:
-    """Match lengths the policy learns apart: 1, 2, 3, 4-7, 8-15, 16+."""
-    return n if n < 4 else 4 if n < 8 else 8 if n < 16 else 16
+    """Match lengths the policy learns apart: 1, 2, 3, 4-7, 8-15, 16-31,
+    32-63, 64+ (past the index's depth only a copy's run: how long the
+    output has followed it)."""
+    return n if n < 4 else 4 if n < 8 else 8 if n < 16 else 16 if n < 32 else 32 if n < 64 else 64
 
 
 class SuffixIndex:
