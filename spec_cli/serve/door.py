@@ -67,23 +67,25 @@ class OpenAI(Door):
         async for p in pieces(job, req):
             if isinstance(p, Text):
                 if p.reasoning and p.text:  # a step across the thinking's end: the thinking's chunk first
-                    yield sse(reply.chunk(None, None, reasoning=p.reasoning))
-                    yield sse(reply.chunk(p.text, None, segments=p.segments, probs=p.probs))
+                    yield (sse(reply.chunk(None, None, reasoning=p.reasoning))
+                           + sse(reply.chunk(p.text, None, segments=p.segments, probs=p.probs)))
                 else:
                     yield sse(reply.chunk(p.text, None, segments=p.segments, probs=p.probs, reasoning=p.reasoning))
-            elif isinstance(p, Done):
+            elif isinstance(p, Done):  # the end's chunks in one write
                 s = p.session
                 final = reply.chunk(None, s.finish, s.stats, stop_type=s.stop_type, probs=p.probs)
                 if p.thinking is not None and p.thinking.unfinished:
                     final["reasoning_unfinished"] = True
+                out = []
                 if p.calls is not None and p.calls.calls:
-                    yield sse(reply.tool_chunk(p.calls.calls))
+                    out.append(sse(reply.tool_chunk(p.calls.calls)))
                     final["choices"][0]["finish_reason"] = "tool_calls"
                     final["tool_call_form"] = p.calls.form
-                yield sse(final)
+                out.append(sse(final))
                 if req.include_usage and not reply.native:
-                    yield sse(reply.usage_chunk(s.stats))
+                    out.append(sse(reply.usage_chunk(s.stats)))
                 if not reply.native:
-                    yield "data: [DONE]\n\n"
+                    out.append("data: [DONE]\n\n")
+                yield "".join(out)
             elif isinstance(p, Failed):
                 yield sse(p.error.body())

@@ -100,23 +100,33 @@ def answer(session, req: Request) -> Answer:
 
 
 async def pieces(job, req: Request) -> AsyncIterator[Text | Done | Failed]:
-    """The job's events after "start", as Text pieces and one Done or Failed."""
+    """The job's events after "start", as Text pieces and one Done or Failed.
+    The steps already queued when one is read go out with it, as one Text:
+    a client that reads slower than the worker writes (or an event loop
+    busy a moment) gets one write for them, not one each."""
     calls = None if req.tools is None else StreamFilter(req.tools)
     plan = req.thinking
     thinking = None if plan is None else Split(plan.markers, plan.start)
     probs: list = []  # logprobs of tokens whose text has not gone out yet
     while True:
-        kind, payload = await job.events.get()
-        if kind == "probs":
-            probs.extend(payload)
-        elif kind == "step":
-            text = "".join(text for text, _ in payload)
+        events = [await job.events.get()]
+        while events[-1][0] in ("probs", "step") and not job.events.empty():
+            events.append(job.events.get_nowait())
+        segments: list = []
+        for kind, payload in events:
+            if kind == "probs":
+                probs.extend(payload)
+            elif kind == "step":
+                segments.extend(payload)
+        if segments:
+            text = "".join(text for text, _ in segments)
             thought, answer_text = thinking.feed(text) if thinking is not None else ("", text)
             shown = answer_text if calls is None else calls.feed(answer_text)
             if shown or thought:
-                yield Text(shown, payload if shown == text else None, tuple(probs), thought)
+                yield Text(shown, tuple(segments) if shown == text else None, tuple(probs), thought)
                 probs = []
-        elif kind == "done":
+        kind, payload = events[-1]
+        if kind == "done":
             parsed, thought, rest = None, "", ""
             if thinking is not None:
                 thought, answer_text = thinking.finish()
