@@ -207,6 +207,17 @@ def recall(path: Path, cfg) -> dict[int, float] | None:
         return None
 
 
+def _remembered_cost(target: Path, target_cfg, k_max: int):
+    """(the curve remembered for the target, c(1..k_max + 1) from it), or
+    None where nothing is known of it yet."""
+    from ..core.cost import CostModel
+
+    curve = recall(target, target_cfg)
+    if not curve or 1 not in curve:
+        return None
+    return curve, CostModel.from_timings(curve, k_max + 1)
+
+
 def draft_cannot_pay(target: Path, target_cfg, draft: Path | None, draft_cfg, k_max: int = 16,
                      together: int = 1, draft_bytes: int | None = None) -> str | None:
     """Why a draft model could never pay here, from what earlier runs
@@ -222,9 +233,10 @@ def draft_cannot_pay(target: Path, target_cfg, draft: Path | None, draft_cfg, k_
     from ..core.batching import pays_together
     from ..core.cost import CostModel, can_pay
 
-    curve = recall(target, target_cfg)
-    if not curve or 1 not in curve:
+    known = _remembered_cost(target, target_cfg, k_max)
+    if known is None:
         return None
+    curve, cost = known
     try:
         size = Path(draft).stat().st_size if draft is not None else draft_bytes
         ratio = size / max(Path(target).stat().st_size, 1) if size else None
@@ -238,7 +250,6 @@ def draft_cannot_pay(target: Path, target_cfg, draft: Path | None, draft_cfg, k_
         # a cost per token above its own batch of two is a stall remembered, not a steady
         # cost (spec-cli before its bounded learning kept such): loaded, it is measured again
         d = ratio * curve[1]
-    cost = CostModel.from_timings(curve, k_max + 1)
     if not can_pay(cost, d, k_max, margin=LOAD_MARGIN):
         return (f"a draft token costs {d / curve[1]:.2f} of a target token and a batch of two "
                 f"{cost.c(2) / cost.c(1):.2f} here, so even a draft that is always right would gain "
@@ -259,12 +270,12 @@ def draft_would_pay(target: Path, target_cfg, k_max: int = 16) -> str:
     token (a draft that is always right gaining LOAD_MARGIN), as a target
     so many times the draft's size; or, where not even a free draft would,
     a GPU."""
-    from ..core.cost import CostModel, can_pay
+    from ..core.cost import can_pay
 
-    curve = recall(target, target_cfg)
-    if not curve or 1 not in curve:
+    known = _remembered_cost(target, target_cfg, k_max)
+    if known is None:
         return ""
-    cost = CostModel.from_timings(curve, k_max + 1)
+    curve, cost = known
     lo, hi = 0.0, 1.0
     if not can_pay(cost, 0.0, k_max, margin=LOAD_MARGIN):
         return ("no draft model pays on this CPU, whatever its size (a target batch costs nearly its rows); "

@@ -12,6 +12,7 @@ from ..errors import SpecError
 from ..llama.config import LoadConfig
 from .config import PairConfig
 
+
 @dataclass
 class Plan:
     """What loading a pair will do, decided before anything heavy loads:
@@ -29,7 +30,7 @@ class Plan:
     draft_pays: bool = True
     defer: bool = False
     # a registry draft not downloaded yet, fetched only once the target's
-    # costs say it could pay here (`fetch_if_paying`): its estimated size
+    # costs say it could pay here (`decide_draft`): its estimated size
     fetch_bytes: int | None = None
 
     def leave_out_if_unpaying(self, cfg: PairConfig) -> None:
@@ -60,13 +61,12 @@ class Plan:
                                       "(--proposer draft runs it anyway)")
                 self.draft_path, self.fetch_bytes = None, None
 
-    def fetch_if_paying(self, cfg: PairConfig, registry, progress=None) -> None:
-        """The draft deferred by `fetch_bytes`: left out where the target's
-        costs say it cannot pay, else downloaded now."""
+    def decide_draft(self, cfg: PairConfig, progress=None, registry=None) -> None:
+        """Once the target's costs are known: the draft left out where they
+        say it cannot pay (`leave_out_if_unpaying`), else, where its
+        download waited for them (`fetch_bytes`), downloaded now."""
         from ..models.download import resolve
 
-        if self.fetch_bytes is None:
-            return
         self.leave_out_if_unpaying(cfg)
         if self.fetch_bytes is not None:
             self.fetch_bytes = None
@@ -137,14 +137,13 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
         # first run on a CPU does not pay for downloading and loading it beside the target
         plan.defer = cfg.draft_if_it_pays and probe.recall(target_path, plan.target_cfg) is None
         if not plan.defer:
-            plan.fetch_if_paying(cfg, registry, progress) if fetch_bytes is not None else \
-                plan.leave_out_if_unpaying(cfg)
+            plan.decide_draft(cfg, progress, registry)
     return plan
 
 
 def _deferred_bytes(cfg: PairConfig, draft_arg: str, target_path: Path, registry) -> int | None:
     """The estimated size of a draft whose download waits for the target's
-    costs (Plan.fetch_if_paying), or None where it is fetched now: one the
+    costs (Plan.decide_draft), or None where it is fetched now: one the
     default proposer may leave out, named from the registry and not on disk
     yet.  Its size: the registry's mirror's, else the target's file scaled
     by the two entries' parameter counts."""
@@ -159,7 +158,7 @@ def _deferred_bytes(cfg: PairConfig, draft_arg: str, target_path: Path, registry
             return None
         if entry.mirror is not None and quant is None:
             return entry.mirror.size
-        target = None if is_path(cfg.target) else _entry(cfg.target, registry)
+        target = _entry(cfg.target, registry)
         ratio = _params(entry.params) / _params(target.params) if target is not None else None
         return int(target_path.stat().st_size * ratio) if ratio else None
     except (SpecError, OSError, ValueError, ZeroDivisionError):

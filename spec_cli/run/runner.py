@@ -134,11 +134,7 @@ def load_pair(cfg: PairConfig, *, progress: Callable[[str], Callable[[int, int],
         refuse_unfitting()
         probe.load(target)  # the cost model's prior: what earlier runs learned (timed briefly the first time)
         if plan.defer:
-            if plan.fetch_bytes is not None:
-                from ..models.registry import load_registry
-                plan.fetch_if_paying(cfg, load_registry(), progress)
-            else:
-                plan.leave_out_if_unpaying(cfg)
+            plan.decide_draft(cfg, progress)
             if plan.draft_path is not None:
                 draft, same_tokens = _load_draft(plan, timer)
                 why = target.vocab.difference(draft.vocab, texts=not same_tokens)

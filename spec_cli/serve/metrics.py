@@ -83,7 +83,8 @@ class Metrics:
                    [({}, self.rejected)])
             metric("requests_served_total", "counter", "Requests that left a slot (done, failed or cancelled).",
                    [({}, served)])
-            metric("tokens_generated_total", "counter", "Tokens generated (an end-of-generation token counted, as usage counts it).", [({}, self.tokens)])
+            metric("tokens_generated_total", "counter",
+                   "Tokens generated (an end-of-generation token counted, as usage counts it).", [({}, self.tokens)])
             metric("prompt_tokens_total", "counter", "Prompt tokens of finished requests.", [({}, self.prompt_tokens)])
             metric("prompt_tokens_evaluated_total", "counter",
                    "Prompt tokens the target read (the rest came from a slot's KV cache).",
