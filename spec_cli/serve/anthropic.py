@@ -8,7 +8,7 @@ and its event sequence.  Pure translation, no HTTP."""
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 from ..core.tools import MAX_TOOLS, NAME
 from .api import MAX_STOPS, ApiError, Request, bad, json_object, parse_chat
@@ -200,22 +200,28 @@ class Anthropic(Door):
 
     async def events(self, reply: Reply, job) -> AsyncIterator[str]:
         """message_start, ping, a text block's deltas, each tool_use block
-        (its input in one input_json_delta), message_delta, message_stop."""
+        (its input in one input_json_delta), message_delta, message_stop;
+        what one piece of the job brings in one write."""
         head = {**_message_head(reply), "content": [], "stop_reason": None, "stop_sequence": None,
                 "usage": {"input_tokens": reply.n_prompt, "output_tokens": 0}}
-        yield sse({"type": "message_start", "message": head}, "message_start")
-        yield sse({"type": "ping"}, "ping")
-        index, block = 0, None  # the block open: "thinking", "text" or None
+        yield sse({"type": "message_start", "message": head}, "message_start") + sse({"type": "ping"}, "ping")
+        state = {"index": 0, "block": None}  # the block open: "thinking", "text" or None
         async for p in pieces(job, reply.req):
-            if isinstance(p, Text):
-                if p.reasoning:
-                    if block != "thinking":
-                        yield _event("content_block_start", index=index, content_block=_thought(""))
-                        block = "thinking"
-                    yield _event("content_block_delta", index=index,
-                                 delta={"type": "thinking_delta", "thinking": p.reasoning})
-                if not p.text:
-                    continue
+            out = "".join(self._events_of(p, reply, state))
+            if out:
+                yield out
+
+    def _events_of(self, p, reply: Reply, state: dict) -> Iterator[str]:
+        """The events of one piece of the job (stream.pieces)."""
+        index, block = state["index"], state["block"]
+        if isinstance(p, Text):
+            if p.reasoning:
+                if block != "thinking":
+                    yield _event("content_block_start", index=index, content_block=_thought(""))
+                    block = "thinking"
+                yield _event("content_block_delta", index=index,
+                             delta={"type": "thinking_delta", "thinking": p.reasoning})
+            if p.text:
                 if block != "text":
                     if block == "thinking":
                         yield from_thought(index)
@@ -227,27 +233,29 @@ class Anthropic(Door):
                 if p.segments:
                     delta["spec_segments"] = [{"text": t, "drafted": bool(d)} for t, d in p.segments]
                 yield sse(delta, "content_block_delta")
-            elif isinstance(p, Done):
-                if block is not None:
-                    yield from_thought(index) if block == "thinking" else _event("content_block_stop", index=index)
-                    index += 1
-                calls = p.calls.calls if p.calls is not None else ()
-                for call in calls:
-                    block = _tool_use(call)
-                    yield _event("content_block_start", index=index, content_block={**block, "input": {}})
-                    yield _event("content_block_delta", index=index,
-                                 delta={"type": "input_json_delta", "partial_json": json.dumps(block["input"])})
-                    yield _event("content_block_stop", index=index)
-                    index += 1
-                s = p.session
-                reason = ending(s, p.calls)
-                yield sse({"type": "message_delta",
-                           "delta": {"stop_reason": STOP[reason],
-                                     "stop_sequence": s.stop_word if reason == "word" else None},
-                           "usage": {"output_tokens": s.stats.generated}, **reply.extras(s.stats)}, "message_delta")
-                yield _event("message_stop")
-            elif isinstance(p, Failed):
-                yield sse(anthropic_error(p.error), "error")
+        elif isinstance(p, Done):
+            if block is not None:
+                yield from_thought(index) if block == "thinking" else _event("content_block_stop", index=index)
+                index += 1
+            calls = p.calls.calls if p.calls is not None else ()
+            for call in calls:
+                tool = _tool_use(call)
+                yield _event("content_block_start", index=index, content_block={**tool, "input": {}})
+                yield _event("content_block_delta", index=index,
+                             delta={"type": "input_json_delta", "partial_json": json.dumps(tool["input"])})
+                yield _event("content_block_stop", index=index)
+                index += 1
+            block = None
+            s = p.session
+            reason = ending(s, p.calls)
+            yield sse({"type": "message_delta",
+                       "delta": {"stop_reason": STOP[reason],
+                                 "stop_sequence": s.stop_word if reason == "word" else None},
+                       "usage": {"output_tokens": s.stats.generated}, **reply.extras(s.stats)}, "message_delta")
+            yield _event("message_stop")
+        elif isinstance(p, Failed):
+            yield sse(anthropic_error(p.error), "error")
+        state["index"], state["block"] = index, block
 
 
 def _thinking(value: Any) -> dict:

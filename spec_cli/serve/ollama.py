@@ -187,18 +187,21 @@ class Chat(Door):
         the line with `done: true` and the timings."""
         async for p in pieces(job, reply.req):
             if isinstance(p, Text):
+                first = ""
                 if p.reasoning and p.text:  # a step across the thinking's end: the thinking's line first
-                    yield _nd({**self._line(reply), **self._piece("", p.reasoning), "done": False})
+                    first = _nd({**self._line(reply), **self._piece("", p.reasoning), "done": False})
                 line = {**self._line(reply), **self._piece(p.text, "" if p.text else p.reasoning), "done": False}
                 if p.segments:
                     line["spec_segments"] = [{"text": t, "drafted": bool(d)} for t, d in p.segments]
-                yield _nd(line)
-            elif isinstance(p, Done):
+                yield first + _nd(line)
+            elif isinstance(p, Done):  # the calls' line and the last one in one write
+                calls = ""
                 if p.calls is not None and p.calls.calls:
-                    yield _nd({**self._line(reply), "message": {"role": "assistant", "content": "",
-                                                               "tool_calls": _calls(p.calls.calls)}, "done": False})
+                    calls = _nd({**self._line(reply), "message": {"role": "assistant", "content": "",
+                                                                 "tool_calls": _calls(p.calls.calls)}, "done": False})
                 last = self._piece("")
-                yield _nd({**self._line(reply), **last, **self._end(reply, p.session, ending(p.session, p.calls))})
+                yield calls + _nd({**self._line(reply), **last,
+                                   **self._end(reply, p.session, ending(p.session, p.calls))})
             elif isinstance(p, Failed):
                 yield _nd(ollama_error(p.error))
 

@@ -12,7 +12,8 @@ import collections
 import threading
 import time
 import uuid
-from typing import Any, AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Iterator
 
 from .api import ApiError, Request, bad, json_object, number, parse_chat
 from .door import Door, sse
@@ -34,6 +35,19 @@ REFUSED = {"background": "asks for background mode: this server answers while th
            "top_logprobs": "is not supported on /v1/responses: ask POST /v1/chat/completions for logprobs",
            "max_tool_calls": "is not supported: the model calls as many tools as it writes"}
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
+
+
+@dataclass
+class _Streamed:
+    """A streamed response's state between pieces: its head, the message's
+    and the reasoning's ids, their text so far, the open text part."""
+
+    head: dict
+    msg_id: str = field(default_factory=lambda: _rid("msg_"))
+    rs_id: str = field(default_factory=lambda: _rid("rs_"))
+    text: list = field(default_factory=list)
+    thought: list = field(default_factory=list)
+    at: dict = field(default_factory=dict)
 
 
 def _rid(prefix: str) -> str:
@@ -257,74 +271,77 @@ class Responses(Door):
     async def events(self, reply: Reply, job) -> AsyncIterator[str]:
         """response.created, in_progress, the message item's text deltas,
         each function call's arguments, then response.completed (or
-        .incomplete at the token limit, .failed on an error)."""
+        .incomplete at the token limit, .failed on an error); what one
+        piece of the job brings in one write."""
         n = iter(range(1 << 62))
 
         def event(kind: str, **fields) -> str:
             return sse({"type": kind, "sequence_number": next(n), **fields}, kind)
 
         head = self._response(reply, None, "in_progress")
-        yield event("response.created", response=head)
-        yield event("response.in_progress", response=head)
-        msg_id, text, thought, rs_id = _rid("msg_"), [], [], _rid("rs_")
-        at: dict = {}
+        yield event("response.created", response=head) + event("response.in_progress", response=head)
+        st = _Streamed(head)
         async for p in pieces(job, reply.req):
-            if isinstance(p, Text):
-                if p.reasoning:
-                    if not thought:
-                        yield event("response.output_item.added", output_index=0,
-                                    item={**_reasoning_item("", rs_id), "status": "in_progress", "content": []})
-                    thought.append(p.reasoning)
-                    yield event("response.reasoning_text.delta", item_id=rs_id, output_index=0, content_index=0,
-                                delta=p.reasoning)
-                if not p.text:
-                    continue
-                if not text:
-                    if thought:
-                        for e in self._thought_done(event, rs_id, "".join(thought)):
-                            yield e
-                    at = dict(item_id=msg_id, output_index=1 if thought else 0, content_index=0)
-                    yield event("response.output_item.added", output_index=at["output_index"],
-                                item={**_message("", msg_id), "status": "in_progress", "content": []})
-                    yield event("response.content_part.added", **at, part=_part(""))
-                text.append(p.text)
-                extra = {"spec_segments": [{"text": t, "drafted": bool(d)} for t, d in p.segments]} \
-                    if p.segments else {}
-                yield event("response.output_text.delta", **at, delta=p.text, logprobs=[], **extra)
-            elif isinstance(p, Done):
-                final = self._response(reply, p.session)
-                first = 0
-                if thought:
-                    final["output"][0]["id"] = rs_id
-                    if not text:
-                        for e in self._thought_done(event, rs_id, "".join(thought)):
-                            yield e
-                    first = 1
-                if text:
-                    whole = "".join(text)
-                    yield event("response.output_text.done", **at, text=whole, logprobs=[])
-                    yield event("response.content_part.done", **at, part=_part(whole))
-                    final["output"][first]["id"] = msg_id
-                    yield event("response.output_item.done", output_index=first, item=final["output"][first])
-                    first += 1
-                elif len(final["output"]) > first and final["output"][first]["type"] == "message":
-                    final["output"].pop(first)  # no text came: the stream said no message
-                for i, item in enumerate(final["output"][first:], first):
-                    yield event("response.output_item.added", output_index=i,
-                                item={**item, "arguments": "", "status": "in_progress"})
-                    yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=i,
-                                delta=item["arguments"])
-                    yield event("response.function_call_arguments.done", item_id=item["id"], output_index=i,
-                                name=item["name"], arguments=item["arguments"])
-                    yield event("response.output_item.done", output_index=i, item=item)
-                self._keep(reply, final)
-                done = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-                yield event(done, response=final)
-            elif isinstance(p, Failed):
-                failed = {**head, "status": "failed",
-                          "error": {"code": "server_error" if p.error.status >= 500 else "invalid_prompt",
-                                    "message": p.error.message}}
-                yield event("response.failed", response=failed)
+            out = "".join(self._events_of(p, reply, st, event))
+            if out:
+                yield out
+
+    def _events_of(self, p, reply: Reply, st: "_Streamed", event) -> Iterator[str]:
+        """The events of one piece of the job (stream.pieces)."""
+        if isinstance(p, Text):
+            if p.reasoning:
+                if not st.thought:
+                    yield event("response.output_item.added", output_index=0,
+                                item={**_reasoning_item("", st.rs_id), "status": "in_progress", "content": []})
+                st.thought.append(p.reasoning)
+                yield event("response.reasoning_text.delta", item_id=st.rs_id, output_index=0, content_index=0,
+                            delta=p.reasoning)
+            if not p.text:
+                return
+            if not st.text:
+                if st.thought:
+                    yield from self._thought_done(event, st.rs_id, "".join(st.thought))
+                st.at = dict(item_id=st.msg_id, output_index=1 if st.thought else 0, content_index=0)
+                yield event("response.output_item.added", output_index=st.at["output_index"],
+                            item={**_message("", st.msg_id), "status": "in_progress", "content": []})
+                yield event("response.content_part.added", **st.at, part=_part(""))
+            st.text.append(p.text)
+            extra = {"spec_segments": [{"text": t, "drafted": bool(d)} for t, d in p.segments]} \
+                if p.segments else {}
+            yield event("response.output_text.delta", **st.at, delta=p.text, logprobs=[], **extra)
+        elif isinstance(p, Done):
+            final = self._response(reply, p.session)
+            first = 0
+            if st.thought:
+                final["output"][0]["id"] = st.rs_id
+                if not st.text:
+                    yield from self._thought_done(event, st.rs_id, "".join(st.thought))
+                first = 1
+            if st.text:
+                whole = "".join(st.text)
+                yield event("response.output_text.done", **st.at, text=whole, logprobs=[])
+                yield event("response.content_part.done", **st.at, part=_part(whole))
+                final["output"][first]["id"] = st.msg_id
+                yield event("response.output_item.done", output_index=first, item=final["output"][first])
+                first += 1
+            elif len(final["output"]) > first and final["output"][first]["type"] == "message":
+                final["output"].pop(first)  # no text came: the stream said no message
+            for i, item in enumerate(final["output"][first:], first):
+                yield event("response.output_item.added", output_index=i,
+                            item={**item, "arguments": "", "status": "in_progress"})
+                yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=i,
+                            delta=item["arguments"])
+                yield event("response.function_call_arguments.done", item_id=item["id"], output_index=i,
+                            name=item["name"], arguments=item["arguments"])
+                yield event("response.output_item.done", output_index=i, item=item)
+            self._keep(reply, final)
+            done = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+            yield event(done, response=final)
+        elif isinstance(p, Failed):
+            failed = {**st.head, "status": "failed",
+                      "error": {"code": "server_error" if p.error.status >= 500 else "invalid_prompt",
+                                "message": p.error.message}}
+            yield event("response.failed", response=failed)
 
     @staticmethod
     def _thought_done(event, rs_id: str, whole: str):
