@@ -167,6 +167,8 @@ def test_usage_counts_the_end_token_a_reply_ended_on_and_never_more_than_max_tok
     assert status == 200 and body["choices"][0]["finish_reason"] == "stop", body
     n_text = len(body["choices"][0]["logprobs"]["content"])
     assert body["usage"]["completion_tokens"] == n_text + 1 == body["timings"]["predicted_n"]
+    spec, timings = body["speculation"], body["timings"]  # one speed, whichever field a client reads
+    assert spec["tokens_per_s"] == pytest.approx(timings["predicted_per_second"], rel=0.01)
     status, cut, _ = server.post("/v1/chat/completions", {"messages": short, "max_tokens": n_text, "temperature": 0})
     assert cut["choices"][0]["finish_reason"] == "length" and cut["usage"]["completion_tokens"] == n_text, cut
     assert cut["choices"][0]["message"]["content"] == body["choices"][0]["message"]["content"]

@@ -109,6 +109,13 @@ class Stats:
         return self.tokens / gen_s if gen_s > 0 else 0.0
 
     @property
+    def generated_per_s(self) -> float:
+        """`tokens_per_s` with the end-of-generation token counted, as usage
+        and llama-server's timings count it (a server's replies)."""
+        gen_s = self.wall_s - self.prefill_s
+        return self.generated / gen_s if gen_s > 0 else 0.0
+
+    @property
     def host_ms_per_step(self) -> float:
         """Host milliseconds a step costs outside drafting: the rule, sampling
         the target's rows, the loop."""

@@ -26,13 +26,14 @@ def speculation(stats: Stats, proposer: str, seed: int) -> dict:
     """The extra field every response carries: what drafted and how much of
     it the target kept, overall, by draft position (1, 2, ...) and by where
     the drafts came from ("prompt", "output", "hist": the lookup; "draft",
-    "mtp"), and the generation's time split between drafting and verifying."""
+    "mtp"), and the generation's time split between drafting and verifying
+    (its tokens a second count the end token, as usage does)."""
     return {"proposer": proposer, "drafted": stats.drafted, "accepted": stats.accepted,
             "acceptance": round(stats.acceptance_rate, 4), "mean_accepted": round(stats.mean_accepted, 4),
             "steps": stats.steps, "seed": seed,
             "per_position": [round(r, 4) for r in stats.position_rates()], "by_source": stats.source_rates(),
             "draft_ms": round(stats.draft_s * 1000, 3), "verify_ms": round(stats.verify_s * 1000, 3),
-            "tokens_per_s": round(stats.tokens_per_s, 3), "mask_ms": round(stats.mask_s * 1000, 3)}
+            "tokens_per_s": round(stats.generated_per_s, 3), "mask_ms": round(stats.mask_s * 1000, 3)}
 
 
 def timings(stats: Stats, n_cached: int) -> dict:
