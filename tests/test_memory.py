@@ -52,6 +52,10 @@ def test_the_kv_cache_a_batch_asks_for_is_read_before_load_and_fits_the_memory_f
     plan = plan_pair(cfg)
     assert plan.target_cfg.n_seq == 5
     assert any("holds the KV caches of 5 sequences of 512 tokens, not 17" in n for n in plan.notes)
+    # a draft whose download waits for the target's costs is counted as if here: its
+    # weights, and a KV cache a token as wide as the target's
+    later = memory.seqs_that_fit(17, 512, [smollm_path], later_bytes=weights)
+    assert later == max(1, int((5.5 * per_seq - weights) // (2 * per_seq))) < 5
     monkeypatch.setattr(memory, "available_bytes", lambda: 1 << 40)
     assert plan_pair(cfg).target_cfg.n_seq == 17
     assert plan_pair(PairConfig(target=str(smollm_path), proposer="ngram", ctx=512, seqs=17)).target_cfg.n_seq == 17

@@ -51,8 +51,14 @@ def fit(seqs: int, per_seq: int, weights: int, available: int | None, share: flo
     return max(1, min(seqs, int(room // per_seq)))
 
 
-def seqs_that_fit(seqs: int, n_ctx: int, paths: list[Path]) -> int:
-    """`fit` for the models in `paths`, each with `seqs` sequences of `n_ctx`."""
-    per_seq = n_ctx * sum(kv_bytes_per_token(p) for p in paths)
-    weights = sum(Path(p).stat().st_size for p in paths)
-    return fit(seqs, per_seq, weights, available_bytes())
+def seqs_that_fit(seqs: int, n_ctx: int, paths: list[Path], *, later_bytes: int = 0) -> int:
+    """`fit` for the models in `paths`, each with `seqs` sequences of
+    `n_ctx`, and a draft of `later_bytes` not downloaded yet (its download
+    waits for the target's costs: run/plan.py) counted beside them: its
+    weights, and a KV cache a token as large as the largest of the others'
+    (a smaller model of the same family has no wider one)."""
+    per_token = [kv_bytes_per_token(p) for p in paths]
+    if later_bytes:
+        per_token.append(max(per_token, default=0))
+    weights = sum(Path(p).stat().st_size for p in paths) + later_bytes
+    return fit(seqs, n_ctx * sum(per_token), weights, available_bytes())

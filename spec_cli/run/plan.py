@@ -113,7 +113,7 @@ def plan_pair(cfg: PairConfig, *, progress=None) -> Plan:
         if fetch_bytes is None:
             draft_path = resolve(draft_arg, registry=registry, progress=progress(draft_arg) if progress else None)
     verdict = cpucheck.verdict(min((p for p in (target_path, draft_path) if p is not None), key=_size))
-    seqs = _seqs(cfg, [p for p in (target_path, draft_path) if p is not None])
+    seqs = _seqs(cfg, [p for p in (target_path, draft_path) if p is not None], fetch_bytes or 0)
     common = dict(n_ctx=cfg.ctx, n_threads=cfg.threads, deterministic=cfg.deterministic,
                   extra_bufts=verdict.bufts, n_seq=seqs)
     # the draft's numerics decide acceptance, never the output; the same
@@ -172,14 +172,15 @@ def _params(text: str) -> float:
     return float(text[:-1]) * scale if scale else float(text)
 
 
-def _seqs(cfg: PairConfig, paths: list[Path]) -> int:
+def _seqs(cfg: PairConfig, paths: list[Path], later_bytes: int = 0) -> int:
     """The sequences each context gets: `cfg.seqs`, or fewer where it asks
-    that memory decide (PairConfig.fit_memory)."""
+    that memory decide (PairConfig.fit_memory), a draft whose download
+    waits (`later_bytes`) counted as if it were here."""
     if not cfg.fit_memory or cfg.seqs <= 1:
         return cfg.seqs
     from ..llama.memory import seqs_that_fit
 
-    return seqs_that_fit(cfg.seqs, cfg.ctx, paths)
+    return seqs_that_fit(cfg.seqs, cfg.ctx, paths, later_bytes=later_bytes)
 
 
 def _entry(target: str, registry):
