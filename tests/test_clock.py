@@ -35,6 +35,9 @@ def test_a_measured_clock_follows_the_probed_curve():
     assert clock.verify_s(1) == pytest.approx(0.026) and clock.verify_s(3) == pytest.approx(0.057)
     assert clock.verify_s(34) == pytest.approx(0.173 * 2)  # past the curve: its widest batch's cost per row
     assert clock.draft_per_token_s == pytest.approx(0.015)
+    wide = Clock.from_curves("measured", {1: 0.032, 17: 0.315, 33: 0.487, 65: 0.955}, None)
+    assert wide.verify_s(33) == pytest.approx(0.487) and wide.verify_s(49) == pytest.approx(0.721)  # as far as probed
+    assert wide.timings()[65] == pytest.approx(0.955)  # what the cost model starts from
 
 
 def test_bad_profiles_say_what_is_wrong(tmp_path):

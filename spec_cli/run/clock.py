@@ -33,15 +33,15 @@ from pathlib import Path
 from ..errors import SpecError
 
 CLOCKS = Path(__file__).resolve().parent.parent / "data" / "clocks"
-ROWS = 17  # the widest verify batch (16 drafted + 1)
+ROWS = 17  # a parametric profile's table (16 drafted + 1); a measured one goes as far as its probe
 
 
 @dataclass(frozen=True)
 class Clock:
     name: str
-    verify_ms: tuple[float, ...]       # c(1..ROWS)
-    row_ms: float                      # each row past ROWS
-    draft_ms: tuple[float, ...]        # the draft model's c_d(1..ROWS)
+    verify_ms: tuple[float, ...]       # c(1..n): ROWS, or as far as a measured curve goes
+    row_ms: float                      # each row past the table
+    draft_ms: tuple[float, ...]        # the draft model's c_d(1..n)
     draft_row_ms: float
 
     @staticmethod
@@ -82,7 +82,7 @@ class Clock:
 
     def timings(self) -> dict[int, float]:
         """c(n) for the cost model's prior."""
-        return {n: self.verify_s(n) for n in range(1, ROWS + 1)}
+        return {n: self.verify_s(n) for n in range(1, len(self.verify_ms) + 1)}
 
     @classmethod
     def parametric(cls, name: str, *, c1_ms: float, slope: float, knee: int, slope_after: float,
@@ -94,12 +94,13 @@ class Clock:
 
     @classmethod
     def from_curves(cls, name: str, target: dict[int, float], draft: dict[int, float] | None) -> "Clock":
-        """From probed curves {rows: seconds} (linear between the sizes probed)."""
+        """From probed curves {rows: seconds} (linear between the sizes
+        probed, as far as the widest; past it, the widest's cost per row)."""
         from ..core.cost import CostModel
 
         def table(curve):
-            ms = tuple(s * 1e3 for s in CostModel.from_timings(curve, ROWS).prior)
-            return ms, ms[-1] / ROWS
+            ms = tuple(s * 1e3 for s in CostModel.from_timings(curve, max(ROWS, *curve)).prior)
+            return ms, ms[-1] / len(ms)
         t, t_row = table(target)
         d, d_row = table(draft) if draft else (tuple(0.0 for _ in t), 0.0)
         return cls(name, t, t_row, d, d_row)
