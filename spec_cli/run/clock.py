@@ -43,6 +43,7 @@ class Clock:
     row_ms: float                      # each row past the table
     draft_ms: tuple[float, ...]        # the draft model's c_d(1..n)
     draft_row_ms: float
+    here: bool = False  # this machine's probed curves (`measured`): its verdicts on the draft model stand
 
     @staticmethod
     def _c(table: tuple[float, ...], row: float, n: int) -> float:
@@ -103,7 +104,7 @@ class Clock:
             return ms, ms[-1] / len(ms)
         t, t_row = table(target)
         d, d_row = table(draft) if draft else (tuple(0.0 for _ in t), 0.0)
-        return cls(name, t, t_row, d, d_row)
+        return cls(name, t, t_row, d, d_row, here=True)
 
 
 def shipped() -> list[str]:

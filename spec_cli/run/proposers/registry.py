@@ -59,11 +59,12 @@ def _mtp(pair, *, store, clock):
 def _hybrid(pair, *, store, clock):
     """The lookup beside the target's MTP layers (no draft model given), or
     beside the draft model, or alone where remembered costs say the draft
-    model can never pay here (a simulated clock prices it instead)."""
+    model can never pay here (another machine's simulated clock prices it
+    instead; this one's, `measured`, says what the costs here said)."""
     from .hybrid import Hybrid
     if pair.mtp and pair.draft is None:
         return Hybrid(_ngram(pair, store=store, clock=clock), _mtp(pair, store=store, clock=clock))
-    if pair.draft is None or (not pair.draft_pays and clock is None):
+    if pair.draft is None or (not pair.draft_pays and (clock is None or clock.here)):
         return _ngram(pair, store=store, clock=clock)
     return Hybrid(_ngram(pair, store=store, clock=clock), _draft(pair, store=store, clock=clock))
 
