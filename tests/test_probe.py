@@ -295,3 +295,20 @@ def test_a_registry_draft_that_cannot_pay_here_is_not_even_downloaded(smollm_pat
     assert "far-draft is not downloaded (50 MB)" in out.stderr, out.stderr
     assert "whatever its size" in out.stderr and "spec-cli models pull far-draft" in out.stderr, out.stderr
     assert not (cache / "models" / "far-draft").exists()
+
+
+def test_a_run_on_a_busy_machine_does_not_replace_the_quiet_curve(state, monkeypatch):
+    """A run beside a build learned a token at 4.6x what the quiet machine
+    showed (c(2) 1.5x c(1) then, against 1.9x quiet: a draft model that
+    cannot pay here looked as if it could).  That is not kept; a run as
+    quiet as the remembered one, or quieter, is."""
+    monkeypatch.setattr(probe, "time_sizes", linear(0.032, 0.104))
+    m = FakeModel()
+    probe.load(m)
+    quiet = json.loads(state.read_text())["fake.gguf|fast"]["curve"]
+    m.curve = {1: 0.149, 2: 0.222, 4: 0.243}
+    probe.remember(m)
+    assert json.loads(state.read_text())["fake.gguf|fast"]["curve"] == quiet
+    m.curve = {1: 0.030, 2: 0.057, 4: 0.100}
+    probe.remember(m)
+    assert json.loads(state.read_text())["fake.gguf|fast"]["curve"]["1"] == pytest.approx(0.030)

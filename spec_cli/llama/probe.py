@@ -287,9 +287,18 @@ def draft_would_pay(target: Path, target_cfg, k_max: int = 16) -> str:
             f"token under {lo:.2f} of a target token), or on a GPU (--gpu-layers)")
 
 
+BUSY = 2.0  # a run whose one token cost this much more than the curve remembered ran on a busy machine
+
+
 def remember(model: Model) -> None:
     """Keep what this run taught about `model`'s costs for the next run:
-    the target's learned cost model, a draft model's learned curve."""
+    the target's learned cost model, a draft model's learned curve -- not
+    where the run's token cost BUSY times what was remembered: a busy spell
+    (a build beside it, another model) would leave the next quiet run, and
+    the verdicts taken before it loads (whether a draft model can pay, and
+    so whether it is downloaded at all), a machine several times slower
+    than it is.  A run follows a slower machine within its first steps
+    anyway (core/cost.py); a faster one always replaces the curve."""
     if model.curve is None:
         return
     curve = dict(model.curve)
@@ -297,7 +306,11 @@ def remember(model: Model) -> None:
         curve = model.costs.remembered()
     if model.verify_cap:
         curve = {n: s for n, s in curve.items() if n <= model.verify_cap}
-    _save(model.fingerprint(), curve, model.verify_cap)
+    key = model.fingerprint()
+    before, _ = _entry(_read(), key)
+    if before and 1 in before and 1 in curve and curve[1] > BUSY * before[1]:
+        return
+    _save(key, curve, model.verify_cap)
 
 
 def _save(key: str, curve: dict[int, float], cap: int | None) -> None:
