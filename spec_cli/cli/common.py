@@ -17,7 +17,7 @@ import typer
 
 from ..core.config import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingConfig
 from ..errors import SpecError
-from ..run.config import PairConfig
+from ..run.config import DRAFT_MAX, PairConfig  # noqa: F401 (DRAFT_MAX: every command's --draft-max default)
 from ..run.proposers.registry import cli_help as proposer_help
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
@@ -47,10 +47,6 @@ RepeatLastN = Annotated[int, typer.Option("--repeat-last-n", min=-1, help="The t
                                                                           "over (-1 = the whole context).")]
 Seed = Annotated[Optional[int], typer.Option("--seed", help="Random seed: it fixes the text, whatever was "
                                                             "drafted (default: a fresh one, reported with --json).")]
-# the most a step drafts: long drafts pay only where they are likely right (a copy
-# of the prompt or of earlier outputs) and a batch's rows cost little each, as on a
-# GPU or past 16 rows on a CPU; the cost model drafts fewer everywhere else
-DRAFT_MAX = 64
 DraftMax = Annotated[int, typer.Option("--draft-max", min=0, help="Most tokens drafted per step (the cost "
                                                                    "model drafts fewer where that pays; "
                                                                    "--fixed-draft drafts this many).")]

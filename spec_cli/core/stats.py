@@ -103,17 +103,20 @@ class Stats:
         return self.tokens / self.steps if self.steps else 0.0
 
     @property
+    def gen_s(self) -> float:
+        """Seconds after the prompt was read."""
+        return max(self.wall_s - self.prefill_s, 0.0)
+
+    @property
     def tokens_per_s(self) -> float:
         """Generation speed: tokens over the time after the prompt was read."""
-        gen_s = self.wall_s - self.prefill_s
-        return self.tokens / gen_s if gen_s > 0 else 0.0
+        return self.tokens / self.gen_s if self.gen_s > 0 else 0.0
 
     @property
     def generated_per_s(self) -> float:
         """`tokens_per_s` with the end-of-generation token counted, as usage
         and llama-server's timings count it (a server's replies)."""
-        gen_s = self.wall_s - self.prefill_s
-        return self.generated / gen_s if gen_s > 0 else 0.0
+        return self.generated / self.gen_s if self.gen_s > 0 else 0.0
 
     @property
     def host_ms_per_step(self) -> float:

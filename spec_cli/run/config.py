@@ -6,6 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+# the most a step drafts (every command's --draft-max, serve's too): long drafts pay
+# only where they are likely right (a copy of the prompt or of earlier outputs) and a
+# batch's rows cost little each, as on a GPU or past 16 rows on a CPU; the cost model
+# drafts fewer everywhere else
+DRAFT_MAX = 64
+
+
 @dataclass(frozen=True, kw_only=True)
 class PairConfig:
     target: str

@@ -180,7 +180,7 @@ class Chat(Door):
         return {"done": True, "done_reason": "length" if reason == "length" else "stop",
                 "total_duration": ns(s.wall_s), "load_duration": 0, "prompt_eval_count": reply.n_prompt,
                 "prompt_eval_duration": ns(s.prefill_s), "eval_count": s.generated,
-                "eval_duration": ns(max(s.wall_s - s.prefill_s, 0.0)), **reply.extras(s)}
+                "eval_duration": ns(s.gen_s), **reply.extras(s)}
 
     async def events(self, reply: Reply, job) -> AsyncIterator[str]:
         """One JSON object a line: the text as it comes, the calls, then

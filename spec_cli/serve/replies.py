@@ -39,7 +39,7 @@ def speculation(stats: Stats, proposer: str, seed: int) -> dict:
 def timings(stats: Stats, n_cached: int) -> dict:
     """llama-server's `timings` object, with its draft counts."""
     prompt_ms = stats.prefill_s * 1000
-    predicted_ms = max(stats.wall_s - stats.prefill_s, 0.0) * 1000
+    predicted_ms = stats.gen_s * 1000
     return {
         "cache_n": n_cached,
         "prompt_n": stats.prefill_tokens, "prompt_ms": round(prompt_ms, 3),

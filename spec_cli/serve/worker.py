@@ -36,6 +36,7 @@ from ..core.tokens import common_prefix
 from ..llama.cores import RECOUNT_S, Recount
 from ..errors import SpecError
 from ..run.batch import Batch, Stream
+from ..run.config import DRAFT_MAX
 from ..run.engine import GenConfig, Generation
 from ..run.runner import Pair
 from ..run.session import Session
@@ -54,7 +55,7 @@ log = logging.getLogger("spec_cli.serve")
 class ServeConfig:
     model: str                 # the name responses carry
     queue: int = 16            # requests waiting behind the running ones
-    draft_max: int = 64          # cli.common.DRAFT_MAX
+    draft_max: int = DRAFT_MAX
     adaptive: bool = True
     rule: str = "gumbel"       # the acceptance rule (engine.GenConfig.rule)
     store_tokens: int = 1 << 16   # earlier outputs kept for the lookup (suffix.Store)

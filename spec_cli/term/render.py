@@ -120,7 +120,7 @@ class LiveView:
 
 def summary_table(stats: Stats, *, proposer: str, finish: str | None) -> Table:
     busy = stats.draft_s + stats.verify_s
-    gen = max(stats.wall_s - stats.prefill_s, 1e-9)
+    gen = max(stats.gen_s, 1e-9)
     table = Table(title="spec-cli", title_justify="left", show_header=False, box=None, padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
