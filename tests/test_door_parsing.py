@@ -143,6 +143,7 @@ def test_ollama_options_and_messages_translate():
     (Chat(4096), {"messages": USER, "format": "yaml"}, "format"),
     (Chat(4096), {"messages": USER, "options": {"temperature": "warm"}}, "options.temperature"),
     (Generate(4096), {"prompt": "x", "options": {"seed": 10 ** 400}}, "options.seed"),
+    (Chat(4096), {"messages": USER, "options": {"num_predict": 10 ** 400}}, "options.num_predict"),
     (Chat(4096), {"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, "messages[0].images"),
     (Chat(4096), {"messages": [{"role": "tool", "content": "x"}]}, "messages[0]"),
     (Chat(4096), {"messages": USER, "stream": "no"}, "stream"),

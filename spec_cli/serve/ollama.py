@@ -71,13 +71,15 @@ def _options(body: dict, n_ctx: int) -> dict:
 
 
 def _named(parse, fields: dict) -> Request:
-    """`parse(fields)`, a refusal of an option named as Ollama names it (`options.temperature`)."""
+    """`parse(fields)`, a refusal of an option named as Ollama names it (`options.temperature`,
+    `options.num_predict` for the max_tokens it became)."""
     try:
         return parse(fields)
     except ApiError as e:
-        if e.param in SAME:
-            e.message = e.message.replace(f"'{e.param}'", f"'options.{e.param}'", 1)
-            e.param = f"options.{e.param}"
+        name = {"max_tokens": "num_predict"}.get(e.param, e.param)
+        if name in SAME or name != e.param:
+            e.message = e.message.replace(f"'{e.param}'", f"'options.{name}'", 1)
+            e.param = f"options.{name}"
         raise
 
 
