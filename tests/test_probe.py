@@ -312,3 +312,58 @@ def test_a_run_on_a_busy_machine_does_not_replace_the_quiet_curve(state, monkeyp
     m.curve = {1: 0.030, 2: 0.057, 4: 0.100}
     probe.remember(m)
     assert json.loads(state.read_text())["fake.gguf|fast"]["curve"]["1"] == pytest.approx(0.030)
+
+
+# this 2-core EPYC's probed curve: past 16 rows a row costs half what it does alone
+EPYC = {1: 0.032, 2: 0.061, 4: 0.107, 8: 0.229, 16: 0.278, 17: 0.327, 33: 0.516, 65: 0.868}
+
+
+def test_a_run_that_measured_a_single_token_and_one_long_batch_keeps_the_curve_between(state, monkeypatch):
+    """A run that took plain steps quiet and one 20-token copy while a build
+    ran beside it measured c(1) and c(21) only, c(21) at twice its cost.
+    Remembered as it was (the line between them), every batch of 2 to 20
+    cost as many single tokens, so the next runs on this machine never
+    drafted anything that long or short again (code edits 0.997x the target
+    alone, down from 1.66x).  Kept: c(21) raised by RISE at most, the sizes
+    between held to the probe's shape."""
+    monkeypatch.setattr(probe, "time_sizes", lambda model, sizes=probe.SIZES, **kw: {n: [EPYC[n]] for n in sizes})
+    m = FakeModel()
+    probe.load(m)
+    m.costs = CostModel.from_timings(m.curve, 65)
+    for _ in range(20):
+        m.costs.observe_verify(1, 0.035)
+    m.costs.observe_verify(21, 2 * m.costs.prior[20])
+    probe.remember(m)
+    saved = {int(n): s for n, s in json.loads(state.read_text())["fake.gguf|fast"]["curve"].items()}
+    rise = probe.RISE * saved[1] / EPYC[1]  # c(1) rose: the machine may be slower
+    assert saved[1] == pytest.approx(0.035, rel=0.05)
+    assert all(saved[n] <= rise * m.costs.prior[n - 1] * 1.001 for n in range(2, 66))
+    assert saved[4] < 3.5 * saved[1]  # not 4 singles
+    assert all(saved[n] <= saved[n + 1] for n in range(1, 21))
+
+
+def test_sizes_between_two_measured_ones_keep_the_shape_where_it_is_cheaper_than_the_line():
+    """A GPU's batches cost about one token's up to 8 rows: a run that
+    measured c(1) and c(65) alone priced 17 rows a quarter dearer on the line
+    between them than its probe, so copies of 16 looked dearer than they are
+    (a size priced too dear is never drafted, so never measured)."""
+    gpu = CostModel.from_timings({1: 0.020, 8: 0.021, 17: 0.024, 33: 0.033, 65: 0.060}, 65)
+    gpu.observe_verify(1, 0.020)
+    gpu.observe_verify(65, 0.060)
+    assert gpu.c(17) == pytest.approx(0.024, rel=0.02) and gpu.c(8) == pytest.approx(0.021, rel=0.02)
+    assert gpu.remembered()[17] == pytest.approx(0.024, rel=0.02)
+
+
+def test_a_busy_spell_in_the_middle_of_a_run_raises_the_curve_a_little_at_most(state, monkeypatch):
+    """Its single tokens quiet, its long batches beside a build at twice
+    their cost: the guard on c(1) let it through, and batches of 21 to 65
+    were remembered at twice what the machine does quiet.  A run raises a
+    size by RISE at most; a cheaper one is kept as it is."""
+    monkeypatch.setattr(probe, "time_sizes", lambda model, sizes=probe.SIZES, **kw: {n: [EPYC[n]] for n in sizes})
+    m = FakeModel()
+    probe.load(m)
+    m.curve = {**EPYC, 1: 0.031, 2: 0.058, 33: 2 * EPYC[33], 65: 2 * EPYC[65]}
+    probe.remember(m)
+    saved = {int(n): s for n, s in json.loads(state.read_text())["fake.gguf|fast"]["curve"].items()}
+    assert saved[1] == pytest.approx(0.031) and saved[2] == pytest.approx(0.058)
+    assert saved[33] == pytest.approx(probe.RISE * EPYC[33]) and saved[65] == pytest.approx(probe.RISE * EPYC[65])

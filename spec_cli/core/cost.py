@@ -74,19 +74,25 @@ class CostModel:
 
     def _from_seen(self, n: int, at) -> float | None:
         """c(n) from the sizes measured, each read by `at`: a size's own;
-        between two, the line between them (a first load's curve is one
-        noisy timing of each size, and what was measured of its neighbours
-        says more of a size than that); past the largest, the prior's shape
-        from it (a first load times few sizes, and extrapolates the rest:
-        where a size measured cheaper than said, the sizes past it are
-        too).  None below every size measured."""
+        between two, the cheaper of the line between them (a first load's
+        curve is one noisy timing of each size, and what was measured of its
+        neighbours says more of a size than that) and the prior's shape
+        held to both (where the prior's rows cost less as a batch grows --
+        a CPU's kernels change past 16 rows -- the line from 1 to 21 priced a
+        batch of 2 at 2 singles, so nothing between was ever drafted again:
+        a size priced too cheap is tried and measured, one priced too dear
+        never is); past the largest, the prior's shape from it (a first load
+        times few sizes, and extrapolates the rest: where a size measured
+        cheaper than said, the sizes past it are too).  None below every
+        size measured."""
         if n in self._seen:
             return at(n)
         below = max((m for m in self._seen if m < n), default=0)
         above = min((m for m in self._seen if m > n), default=0)
         if below and above:
-            lo, hi = at(below), at(above)
-            return lo + (hi - lo) * (n - below) / (above - below)
+            lo, hi, f = at(below), at(above), (n - below) / (above - below)
+            shape = self._prior(n) * (lo / self._prior(below) * (1 - f) + hi / self._prior(above) * f)
+            return min(lo + (hi - lo) * f, shape)
         if below:
             return at(below) * self._prior(n) / self._prior(below)
         return None

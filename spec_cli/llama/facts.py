@@ -54,9 +54,11 @@ def fingerprint(path: Path, cfg: LoadConfig, numbers: str | None = None) -> str:
             mode = verdict(path).bufts
         numbers = numerics(cparams, mode)
     st = path.stat()
+    # costs=3: curves remembered before then could hold a straight line where the
+    # machine's rows get cheaper with the batch (core/cost.py `_from_seen`): timed anew
     return (f"{path.resolve()}|{st.st_size}|{int(st.st_mtime)}|"
             f"{version()}|gpu={cfg.gpu_layers}|threads={cores.threads(cfg.n_threads)}|"
-            f"{'deterministic' if cfg.deterministic else 'fast'}|{numbers}|costs=2"
+            f"{'deterministic' if cfg.deterministic else 'fast'}|{numbers}|costs=3"
             # an RPC target's batches cross the network: its costs are its placement's
             + (f"|rpc={','.join(cfg.rpc)}|split={','.join(map(str, cfg.tensor_split))}" if cfg.rpc else ""))
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.cost import bounded
+from ..core.cost import CostModel, bounded
 from .model import Model
 
 # up to a draft of 64 plus the last token: past 16 rows a CPU's kernels change, and a row
@@ -288,6 +288,7 @@ def draft_would_pay(target: Path, target_cfg, k_max: int = 16) -> str:
 
 
 BUSY = 2.0  # a run whose one token cost this much more than the curve remembered ran on a busy machine
+RISE = 1.25  # the most one run raises a remembered size; it lowers one freely
 
 
 def remember(model: Model) -> None:
@@ -298,7 +299,14 @@ def remember(model: Model) -> None:
     the verdicts taken before it loads (whether a draft model can pay, and
     so whether it is downloaded at all), a machine several times slower
     than it is.  A run follows a slower machine within its first steps
-    anyway (core/cost.py); a faster one always replaces the curve."""
+    anyway (core/cost.py); a faster one always replaces the curve.  Nor
+    does one run raise a batch's cost more than RISE over what was
+    remembered, beyond what its single token rose (a slower machine):
+    a busy spell in the middle of a run (its single tokens quiet, its long
+    drafts beside a build) left batches of 21 to 65 rows remembered at twice
+    their cost, and a size that looks dear is never drafted, so never
+    measured again.  A machine that really slowed is followed within each
+    run, and remembered within a few."""
     if model.curve is None:
         return
     curve = dict(model.curve)
@@ -310,6 +318,10 @@ def remember(model: Model) -> None:
     before, _ = _entry(_read(), key)
     if before and 1 in before and 1 in curve and curve[1] > BUSY * before[1]:
         return
+    if before and 1 in before and 1 in curve:
+        rise = RISE * max(1.0, curve[1] / before[1])
+        was = CostModel.from_timings(before, max(curve)).prior  # the sizes between those remembered too
+        curve = {n: min(s, rise * was[n - 1]) if n > 1 else s for n, s in curve.items()}
     _save(key, curve, model.verify_cap)
 
 
