@@ -10,7 +10,6 @@ bench's NEAR_TIE.  With --deterministic the requests take turns and each
 text is bit for bit `generate --deterministic`'s (test_serve.py)."""
 
 import http.client
-import json
 import os
 import re
 import socket

@@ -305,8 +305,6 @@ def test_a_draft_model_that_could_never_pay_is_told_apart_from_one_that_could():
 def test_could_pay_tells_whether_a_caught_up_draft_model_would_draft_alone_whatever_the_batch():
     """run/batch.py has the draft model read a new request's prompt beside
     the target only where, caught up, it could pay at all."""
-    from spec_cli.core.batching import Load
-
     gpu = CostModel.from_timings(GPU, 17)
     policy = Policy(gpu, k_max=8, draft_s={"cheap": 0.05 * GPU[1], "slow": 1.5 * GPU[1]})
     assert policy.could_pay("cheap") and not policy.could_pay("slow")  # alone: the batch around it now does not count

@@ -12,7 +12,6 @@ else, a server killed mid-run) are one line and a non-zero exit, never
 an abort."""
 
 import json
-import os
 import signal
 import socket
 import subprocess

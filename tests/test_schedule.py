@@ -48,7 +48,6 @@ def test_a_new_prompt_is_read_a_chunk_a_round_beside_running_requests_and_whole_
 
 
 def test_a_chunk_is_lengthened_or_shortened_so_that_each_pass_is_a_whole_number_of_tiles():
-    q = schedule.ROW_QUANTUM
     running = [Req(i) for i in range(7)]
     new = Req(7, reading=True, unread=list(range(1000)))
     parts = schedule.reading_parts([*running, new], chunk=128, n_batch=512, price=CPU)

@@ -17,7 +17,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
-import openai
 import pytest
 
 from test_cli import assert_clean_error, spec

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import resource
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

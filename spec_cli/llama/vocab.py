@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Sequence
 
 from ..errors import SpecError
 from ..core.chat import MARK, content_spans
