@@ -343,3 +343,17 @@ def test_a_request_runs_beside_the_busy_slots_taking_its_cached_prefix_with_it()
     assert choose_slot(free, [1], {0: 0, 2: 0, 3: 40}, {0: 1, 2: 2}, 100) == (0, None)
     # the place already holds as much: no copy
     assert choose_slot([0, 2], [1], {0: 60, 2: 60}, {0: 3, 2: 1}, 100) == (2, None)
+
+
+def test_a_draft_ends_at_its_first_end_of_generation_token():
+    """A copy of the prompt that reaches the end of the user's message runs
+    on into the chat template; past the end token nothing can be accepted."""
+    from spec_cli.run.drafting import to_end
+
+    class Vocab:
+        def is_eog(self, t):
+            return t in (2, 7)
+
+    assert list(to_end(Vocab(), [5, 6, 2, 9, 4, 7])) == [5, 6, 2]
+    assert list(to_end(Vocab(), [7, 1])) == [7]
+    assert list(to_end(Vocab(), [1, 3, 4])) == [1, 3, 4] and list(to_end(Vocab(), [])) == []

@@ -65,6 +65,18 @@ def legal_draft(pick, draft: Sequence[int], prop: Proposal) -> list[int]:
     return draft if len(draft) >= getattr(pick, "draft_min", 0) else []
 
 
+def to_end(vocab, draft: Sequence[int]) -> Sequence[int]:
+    """`draft` up to its first end-of-generation token, that token kept:
+    the text ends there, so rows after it would verify nothing.  (A copy of
+    the prompt that reaches the end of the user's message runs on into the
+    chat template: a code edit's last draft was 31 tokens where 2 could
+    be accepted, 15 tokens' time lost on a 59-token answer.)"""
+    for i, t in enumerate(draft):
+        if vocab.is_eog(t):
+            return draft[:i + 1]
+    return draft
+
+
 def keep_going(policy, cand, load: Load = ALONE) -> Callable | None:
     """The proposer's keep_going for candidate `cand`: one more token while
     the policy says it pays at `load` (a hybrid's extension names its own
@@ -138,7 +150,7 @@ def _draft_pooled(lanes, plans, loads, together, timer, clock, price) -> list[Dr
 def _made(g, p: Planned, prop: Proposal, seconds: float, decoded: float, clock) -> Drafted:
     """A draft made in `seconds` (`decoded` of them in llama.cpp), its tokens
     cut where the rule's constraint refuses one."""
-    tokens = legal_draft(g.pick, prop.tokens[:p.k], prop)
+    tokens = legal_draft(g.pick, to_end(g.target.vocab, prop.tokens[:p.k]), prop)
     host = max(seconds - decoded, 0.0)
     steady = seconds if prop.steady_s is None else prop.steady_s
     if clock is not None:  # what the simulated draft model charges, the host's time included
