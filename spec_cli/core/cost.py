@@ -77,11 +77,10 @@ class CostModel:
         between two, the cheaper of the line between them (a first load's
         curve is one noisy timing of each size, and what was measured of its
         neighbours says more of a size than that) and the prior's shape
-        held to both (where the prior's rows cost less as a batch grows --
-        a CPU's kernels change past 16 rows -- the line from 1 to 21 priced a
-        batch of 2 at 2 singles, so nothing between was ever drafted again:
-        a size priced too cheap is tried and measured, one priced too dear
-        never is); past the largest, the prior's shape from it (a first load
+        held to both (where the prior is flat and then climbs, as a GPU's
+        is, the line from 1 to 65 prices 17 rows a quarter dearer than they
+        are: a size priced too cheap is tried and measured, one priced too
+        dear never is); past the largest, the prior's shape from it (a first load
         times few sizes, and extrapolates the rest: where a size measured
         cheaper than said, the sizes past it are too).  None below every
         size measured."""
