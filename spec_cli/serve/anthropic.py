@@ -8,6 +8,7 @@ and its event sequence.  Pure translation, no HTTP."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterator
 
 from ..core.tools import MAX_TOOLS, NAME
@@ -205,15 +206,15 @@ class Anthropic(Door):
         head = {**_message_head(reply), "content": [], "stop_reason": None, "stop_sequence": None,
                 "usage": {"input_tokens": reply.n_prompt, "output_tokens": 0}}
         yield sse({"type": "message_start", "message": head}, "message_start") + sse({"type": "ping"}, "ping")
-        state = {"index": 0, "block": None}  # the block open: "thinking", "text" or None
+        state = _Blocks()
         async for p in pieces(job, reply.req):
             out = "".join(self._events_of(p, reply, state))
             if out:
                 yield out
 
-    def _events_of(self, p, reply: Reply, state: dict) -> Iterator[str]:
+    def _events_of(self, p, reply: Reply, state: _Blocks) -> Iterator[str]:
         """The events of one piece of the job (stream.pieces)."""
-        index, block = state["index"], state["block"]
+        index, block = state.index, state.block
         if isinstance(p, Text):
             if p.reasoning:
                 if block != "thinking":
@@ -255,7 +256,16 @@ class Anthropic(Door):
             yield _event("message_stop")
         elif isinstance(p, Failed):
             yield sse(anthropic_error(p.error), "error")
-        state["index"], state["block"] = index, block
+        state.index, state.block = index, block
+
+
+@dataclass
+class _Blocks:
+    """A streamed message's state between pieces: the next block's index,
+    and the block open ("thinking", "text" or None)."""
+
+    index: int = 0
+    block: str | None = None
 
 
 def _thinking(value: Any) -> dict:
