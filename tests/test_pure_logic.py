@@ -357,3 +357,25 @@ def test_a_draft_ends_at_its_first_end_of_generation_token():
     assert list(to_end(Vocab(), [5, 6, 2, 9, 4, 7])) == [5, 6, 2]
     assert list(to_end(Vocab(), [7, 1])) == [7]
     assert list(to_end(Vocab(), [1, 3, 4])) == [1, 3, 4] and list(to_end(Vocab(), [])) == []
+
+
+def test_a_copy_the_output_keeps_leaving_is_offered_as_a_patch_not_a_run():
+    """A completion writing a second function after the first follows its
+    lines but leaves them every few tokens (a new name, a changed slice):
+    after three breaks, one every 16 tokens followed or sooner, a copy is a "patch", priced
+    apart from a copy the output follows (a code edit's unchanged lines)."""
+    from spec_cli.run.suffix.priors import lookup_prior
+
+    code = list(range(100, 140))
+    prompt = code + [99, 100, 101, 102]
+    lk = Lookup()
+    lk.prepare(prompt)
+    assert propose(lk, prompt, 2).tokens == [103, 104]
+    ctx = prompt + [103, 104, 105, 7, 107, 108]     # left once (7 for 106), came back
+    assert [c.source for c in lk.candidates(ctx) if "-" in c.source] == ["prompt-run2"]
+    ctx = ctx + [109, 8, 111, 112]                   # and again (8 for 110)
+    assert [c.source for c in lk.candidates(ctx) if "-" in c.source] == ["prompt-run2"]
+    ctx = ctx + [113, 9, 115, 116]                   # a third time, within 16 tokens a break
+    (patch,) = [c for c in lk.candidates(ctx) if "-" in c.source]
+    assert patch.source == "prompt-patch2" and lk.draft(ctx, patch, 3).tokens == [117, 118, 119]
+    assert lookup_prior("prompt-patch16", 4) < lookup_prior("prompt-run16", 4)

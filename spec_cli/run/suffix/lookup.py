@@ -91,7 +91,7 @@ class Lookup(DraftsAlone):
         self.copy = max(running, key=lambda c: (c.matched, c.origin == PREDICTION)) if running else None
         if self.copy is not None:
             # how long the output has followed the copy says how far it will: learned apart
-            source = Source(self.copy.origin, "run", bucket(self.copy.matched))
+            source = Source(self.copy.origin, "patch" if self.copy.patchy else "run", bucket(self.copy.matched))
             self._offers[source] = _Offer(self.copy.index, self.copy.origin, run=True)
             out.append(Candidate(source, max(1, math.ceil(self.alpha * self.copy.matched))))
         # the client's prediction first: where no cost model chooses (a fixed draft

@@ -15,7 +15,9 @@ from ...core.source import Source
 # it drafts long where a long batch costs little a row.
 FIRST = {"": {1: 0.35, 2: 0.5, 3: 0.65, 4: 0.75, 8: 0.95, 16: 0.98},
          "multi": {1: 0.12, 2: 0.3, 3: 0.6, 4: 0.7, 8: 0.9, 16: 0.95},
-         "run": {1: 0.5, 2: 0.65, 3: 0.8, 4: 0.85, 8: 0.88, 16: 0.97, 32: 0.985, 64: 0.99}}
+         "run": {1: 0.5, 2: 0.65, 3: 0.8, 4: 0.85, 8: 0.88, 16: 0.97, 32: 0.985, 64: 0.99},
+         # a copy the output keeps leaving (suffix.copy.Copy.patchy): a break is near
+         "patch": {1: 0.4, 2: 0.5, 3: 0.6, 4: 0.7, 8: 0.8, 16: 0.85, 32: 0.9, 64: 0.92}}
 LATER = (0.75, 0.82, 0.82, 0.92)   # tokens 2, 3, 4, and 5 on
 OUTPUT = 0.6   # the output repeats itself less surely than it copies its prompt
 PREDICTION = "prediction"  # the origin of drafts from a client's prediction (Lookup.predict)
@@ -30,7 +32,7 @@ def lookup_prior(source: str, n: int) -> list[float]:
     kind = "run" if src.origin == PREDICTION else src.kind
     first = FIRST.get(kind, FIRST[""]).get(src.matched, 0.7)
     later = [LATER[min(i, len(LATER) - 1)] for i in range(n - 1)]
-    if kind == "run":
+    if kind in ("run", "patch"):
         later = [max(first, x) for x in later]
     rates = [first] + later
     return [r * OUTPUT if src.origin == "output" else r for r in rates][:n]
