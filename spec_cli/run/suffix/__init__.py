@@ -30,7 +30,8 @@ draft: every draft is verified.)
   the policy learns each one's acceptance apart: "prompt4", "output8", "hist16";
   "prompt-multi2" where the matched context occurred more than once (its
   most frequent continuation drafts, less surely); "prompt-run8" for a
-  copy the output has followed for 8-15 tokens.
+  copy the output has followed for 8-15 tokens; "prompt-patch8" for one
+  it keeps leaving (a second function written after the first).
 
 The package, by job: `index` (the suffix index), `store` (earlier
 outputs), `copy` (copies and their edits), `lookup` (the proposer),
