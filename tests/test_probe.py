@@ -318,6 +318,10 @@ def test_a_run_on_a_busy_machine_does_not_replace_the_quiet_curve(state, monkeyp
 EPYC = {1: 0.032, 2: 0.061, 4: 0.107, 8: 0.229, 16: 0.278, 17: 0.327, 33: 0.516, 65: 0.868}
 
 
+def epyc(model, sizes=probe.SIZES, **kw):
+    return {n: [EPYC[n]] for n in sizes}
+
+
 def test_a_run_that_measured_a_single_token_and_one_long_batch_keeps_the_curve_between(state, monkeypatch):
     """A run that took plain steps quiet and one 20-token copy while a build
     ran beside it measured c(1) and c(21) only, c(21) at twice its cost.
@@ -326,7 +330,7 @@ def test_a_run_that_measured_a_single_token_and_one_long_batch_keeps_the_curve_b
     drafted anything that long or short again (code edits 0.997x the target
     alone, down from 1.66x).  Kept: c(21) raised by RISE at most, the sizes
     between held to the probe's shape."""
-    monkeypatch.setattr(probe, "time_sizes", lambda model, sizes=probe.SIZES, **kw: {n: [EPYC[n]] for n in sizes})
+    monkeypatch.setattr(probe, "time_sizes", epyc)
     m = FakeModel()
     probe.load(m)
     m.costs = CostModel.from_timings(m.curve, 65)
@@ -359,7 +363,7 @@ def test_a_busy_spell_in_the_middle_of_a_run_raises_the_curve_a_little_at_most(s
     their cost: the guard on c(1) let it through, and batches of 21 to 65
     were remembered at twice what the machine does quiet.  A run raises a
     size by RISE at most; a cheaper one is kept as it is."""
-    monkeypatch.setattr(probe, "time_sizes", lambda model, sizes=probe.SIZES, **kw: {n: [EPYC[n]] for n in sizes})
+    monkeypatch.setattr(probe, "time_sizes", epyc)
     m = FakeModel()
     probe.load(m)
     m.curve = {**EPYC, 1: 0.031, 2: 0.058, 33: 2 * EPYC[33], 65: 2 * EPYC[65]}

@@ -80,10 +80,10 @@ class CostModel:
         held to both (where the prior is flat and then climbs, as a GPU's
         is, the line from 1 to 65 prices 17 rows a quarter dearer than they
         are: a size priced too cheap is tried and measured, one priced too
-        dear never is); past the largest, the prior's shape from it (a first load
-        times few sizes, and extrapolates the rest: where a size measured
-        cheaper than said, the sizes past it are too).  None below every
-        size measured."""
+        dear never is); past the largest, the prior's shape from it (a first
+        load times few sizes, and extrapolates the rest: where a size
+        measured cheaper than said, the sizes past it are too).  None below
+        every size measured."""
         if n in self._seen:
             return at(n)
         below = max((m for m in self._seen if m < n), default=0)

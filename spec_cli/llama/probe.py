@@ -316,9 +316,9 @@ def remember(model: Model) -> None:
         curve = {n: s for n, s in curve.items() if n <= model.verify_cap}
     key = model.fingerprint()
     before, _ = _entry(_read(), key)
-    if before and 1 in before and 1 in curve and curve[1] > BUSY * before[1]:
-        return
     if before and 1 in before and 1 in curve:
+        if curve[1] > BUSY * before[1]:
+            return
         rise = RISE * max(1.0, curve[1] / before[1])
         was = CostModel.from_timings(before, max(curve)).prior  # the sizes between those remembered too
         curve = {n: min(s, rise * was[n - 1]) if n > 1 else s for n, s in curve.items()}

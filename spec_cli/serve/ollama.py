@@ -23,6 +23,8 @@ VERSION = "0.12.0"   # the Ollama API this door follows (clients check a minimum
 # options that are the OpenAI fields of the same name
 SAME = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "repeat_penalty", "repeat_last_n",
         "presence_penalty", "frequency_penalty", "typical_p", "mirostat", "tfs_z")
+# options that become an OpenAI field of another name
+RENAMED = {"max_tokens": "num_predict"}
 # options about where and how the model runs: the server's command line decides them
 PLACEMENT = {"num_keep", "num_thread", "num_gpu", "main_gpu", "num_batch", "use_mmap", "use_mlock", "numa",
              "low_vram", "vocab_only", "penalize_newline", "f16_kv", "logits_all", "mirostat_tau",
@@ -76,8 +78,8 @@ def _named(parse, fields: dict) -> Request:
     try:
         return parse(fields)
     except ApiError as e:
-        name = {"max_tokens": "num_predict"}.get(e.param, e.param)
-        if name in SAME or name != e.param:
+        name = RENAMED.get(e.param, e.param)
+        if name in SAME or e.param in RENAMED:
             e.message = e.message.replace(f"'{e.param}'", f"'options.{name}'", 1)
             e.param = f"options.{name}"
         raise
